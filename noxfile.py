@@ -1,0 +1,64 @@
+"""Automation for domo: ``nox`` runs lint, typecheck and tests; other sessions are named.
+
+Sessions run on the interpreter nox itself runs on (CI has only Python 3.11); ``tests_all`` runs
+the suite on every supported Python that is installed.
+"""
+
+from __future__ import annotations
+
+import nox
+
+nox.options.default_venv_backend = "virtualenv"
+nox.options.reuse_venv = "yes"
+nox.options.sessions = ["lint", "typecheck", "tests"]
+
+PYPROJECT = nox.project.load_toml("pyproject.toml")
+SUPPORTED = ["3.11", "3.12", "3.13"]
+
+
+def group(name: str) -> list[str]:
+    """The requirements of one PEP 735 dependency group of pyproject.toml."""
+    return list(nox.project.dependency_groups(PYPROJECT, name))
+
+
+@nox.session
+def tests(session: nox.Session) -> None:
+    """The whole test suite (Hypothesis profile ``ci`` when CI is set)."""
+    session.install("-e", ".", *group("test"))
+    session.run("pytest", *session.posargs)
+
+
+@nox.session(python=SUPPORTED)
+def tests_all(session: nox.Session) -> None:
+    """The test suite on each supported Python."""
+    session.install("-e", ".", *group("test"))
+    session.run("pytest", *session.posargs)
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    """ruff check and ruff format --check."""
+    session.install(*group("lint"))
+    session.run("ruff", "check", ".")
+    session.run("ruff", "format", "--check", ".")
+
+
+@nox.session
+def typecheck(session: nox.Session) -> None:
+    """mypy --strict over src, tests and this file."""
+    session.install("-e", ".", *group("typecheck"))
+    session.run("mypy", *session.posargs)
+
+
+@nox.session
+def mutants(session: nox.Session) -> None:
+    """Plant each bug of tests/mutants/mutants.toml in a copy of the core; the suite must fail."""
+    session.install("-e", ".", *group("test"))
+    session.run("python", "tests/mutants/run.py", *session.posargs)
+
+
+@nox.session
+def stateful_long(session: nox.Session) -> None:
+    """The Hypothesis state machines of the core with the ``long`` profile."""
+    session.install("-e", ".", *group("test"))
+    session.run("pytest", "tests/protocol", "--hypothesis-profile=long", *session.posargs)

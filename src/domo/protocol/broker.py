@@ -1,0 +1,838 @@
+"""The MDP/0.2 broker as a sans-IO state machine.
+
+Theory of operation
+-------------------
+The broker is driven entirely by calls; it never reads a clock, opens a socket or draws a random
+number. Inputs are ``receive(peer, frames, now)`` (one message from the ROUTER, identity frame
+removed), ``tick(now)``, and the I/O layer's feedback ``peer_unreachable`` / ``peer_congested``.
+Outputs are the events each call returns, the outbox drained by ``take_outgoing()`` and
+``next_deadline()``, the time by which ``tick`` should next be called.
+
+Every input first brings the clock to ``now``: all timers due at or before ``now`` fire before the
+input itself is handled (MDP-D-03), so the result never depends on how often the I/O layer ticks.
+
+Each ROUTER peer has a *worker state* (``PeerState``): UNKNOWN, IDLE, BUSY or SILENCED. What a
+worker-side input does in each state is the table ``WORKER_TRANSITIONS`` below: data, checked
+exhaustively by the tests and rendered into ``specs/mdp-0.2.md``. A peer's client side is
+independent of its worker side: it has at most one outstanding request (MDP-S-02).
+
+SILENCED is how the broker keeps "then no further commands" (MDP-W-13, MDP-W-15, MDP-H-07): a
+worker that was sent DISCONNECT, sent DISCONNECT, expired, spoke garbage or became unreachable is
+remembered, nothing is sent to it and its messages are dropped, until it stays quiet for
+``liveness * heartbeat_interval`` or opens a new conversation with READY (MDP-D-06).
+
+Queues, pools and least-recently-used dispatch live in ``dispatch.py``, apart from this MDP
+framing; timers are one lazy heap (``timers.py``) with one entry per worker, per silenced peer and
+per queued request, so the work of a call is proportional to what is due, not to the number of
+peers (MDP-S-04).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any, Final
+
+from . import mdp
+from .dispatch import Dispatcher, RequestRecord, RequestState, ServiceRecord, WorkerRecord
+from .errors import LocalProtocolError, MalformedMessage
+from .events import (
+    BrokerEvent,
+    DisconnectReason,
+    DropReason,
+    MessageDropped,
+    MmiReplied,
+    PartialForwarded,
+    ProtocolViolation,
+    RequestCompleted,
+    RequestDispatched,
+    RequestDropped,
+    RequestExpired,
+    RequestQueued,
+    RequestRedispatched,
+    ViolationAction,
+    WorkerDisconnected,
+    WorkerExpired,
+    WorkerRegistered,
+)
+from .mdp import CLIENT_HEADER, WORKER_HEADER, Frames
+from .timers import DeadlineHeap
+
+__all__ = [
+    "WORKER_TRANSITIONS",
+    "Action",
+    "Broker",
+    "BrokerConfig",
+    "PeerState",
+    "RequestView",
+    "ServiceView",
+    "Transition",
+    "WorkerInput",
+    "WorkerView",
+]
+
+MMI_PREFIX: Final = b"mmi."
+MMI_SERVICE: Final = b"mmi.service"
+
+
+# --- configuration ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerConfig:
+    """What a broker is told at start; every field has a production default.
+
+    - ``heartbeat_interval``: seconds between heartbeats, both ways (MDP-H-04). Workers must be
+      configured with the same value.
+    - ``liveness``: a worker silent for ``liveness * heartbeat_interval`` is dead (MDP-H-05).
+    - ``request_expiry``: seconds a request may wait in a queue for a worker (MDP-C-11, MDP-D-11).
+    - ``max_redispatches``: how many times a request may go back to its queue because its worker
+      was lost, before it is dropped (MDP-D-08).
+    """
+
+    heartbeat_interval: float = 2.5
+    liveness: int = 3
+    request_expiry: float = 60.0
+    max_redispatches: int = 2
+
+    def __post_init__(self) -> None:
+        if not self.heartbeat_interval > 0:
+            raise ValueError(f"heartbeat_interval must be > 0, got {self.heartbeat_interval}")
+        if self.liveness < 1:
+            raise ValueError(f"liveness must be >= 1, got {self.liveness}")
+        if not self.request_expiry > 0:
+            raise ValueError(f"request_expiry must be > 0, got {self.request_expiry}")
+        if self.max_redispatches < 0:
+            raise ValueError(f"max_redispatches must be >= 0, got {self.max_redispatches}")
+
+    @property
+    def expiry_span(self) -> float:
+        """Silence after which a peer is dead: ``liveness * heartbeat_interval``."""
+        return self.liveness * self.heartbeat_interval
+
+
+# --- the worker-side transition table ---------------------------------------------------------
+
+
+class PeerState(Enum):
+    """The worker side of one ROUTER peer, as the broker sees it."""
+
+    # Members are singletons: hash by identity, in C, for the per-message table lookup.
+    __hash__ = object.__hash__
+
+    UNKNOWN = "unknown"  # never spoke the worker protocol, or forgotten
+    IDLE = "idle"  # registered, waiting for a request
+    BUSY = "busy"  # registered, handling one request
+    SILENCED = "silenced"  # nothing is sent to it; its messages are dropped
+
+
+class WorkerInput(Enum):
+    """Everything that can happen to a peer's worker side."""
+
+    # Members are singletons: hash by identity, in C, for the per-message table lookup.
+    __hash__ = object.__hash__
+
+    READY = "READY"  # READY for an ordinary service
+    READY_RESERVED = "READY mmi.*"  # READY for a service name the broker reserves
+    HEARTBEAT = "HEARTBEAT"
+    PARTIAL = "PARTIAL"  # PARTIAL (for the current request, when busy)
+    FINAL = "FINAL"  # FINAL (for the current request, when busy)
+    FOREIGN_REPLY = "PARTIAL/FINAL for another client"  # address is not the current request's
+    REQUEST = "REQUEST"  # a broker-to-worker command sent by a worker
+    DISCONNECT = "DISCONNECT"
+    INVALID = "malformed message"
+    EXPIRED = "liveness expired"  # timer
+    HEARTBEAT_DUE = "heartbeat due"  # timer
+    SILENCE_OVER = "silence over"  # timer
+    UNREACHABLE = "peer unreachable"  # I/O feedback (EHOSTUNREACH)
+    CONGESTED = "peer congested"  # I/O feedback (EAGAIN at the high-water mark)
+
+
+class Action(Enum):
+    """The steps a transition takes, in order."""
+
+    REGISTER = "register the worker (idle), then dispatch"
+    REFRESH = "refresh liveness"
+    FORWARD_PARTIAL = "forward PARTIAL to the client"
+    FORWARD_FINAL = "forward FINAL to the client, worker idle, dispatch"
+    SEND_DISCONNECT = "send DISCONNECT"
+    UNREGISTER = "unregister; re-dispatch its request"
+    SILENCE = "silence the peer"
+    KEEP_SILENT = "drop the message, extend the silence"
+    SEND_HEARTBEAT = "send HEARTBEAT"
+    FORGET = "forget the peer"
+
+
+@dataclass(frozen=True, slots=True)
+class Transition:
+    """One cell of the table: the state after, the actions, and the rule that decides it."""
+
+    next_state: PeerState
+    actions: tuple[Action, ...]
+    rule: str
+    violation: bool = False
+
+
+def _build_worker_transitions() -> dict[tuple[PeerState, WorkerInput], Transition]:
+    S, In, A = PeerState, WorkerInput, Action  # short names keep the table readable
+    table: dict[tuple[PeerState, WorkerInput], Transition] = {}
+
+    def cell(
+        states: Iterable[PeerState],
+        inputs: Iterable[WorkerInput],
+        next_state: PeerState | None,
+        actions: tuple[Action, ...],
+        rule: str,
+        violation: bool = False,
+    ) -> None:
+        for state in states:
+            for input_ in inputs:
+                after = state if next_state is None else next_state
+                table[state, input_] = Transition(after, actions, rule, violation)
+
+    unregistered = (S.UNKNOWN, S.SILENCED)
+    registered = (S.IDLE, S.BUSY)
+    replies = (In.PARTIAL, In.FINAL, In.FOREIGN_REPLY)
+    kick = (A.SEND_DISCONNECT, A.SILENCE)
+    kick_registered = (A.SEND_DISCONNECT, A.UNREGISTER, A.SILENCE)
+    drop_registered = (A.UNREGISTER, A.SILENCE)
+
+    # A peer that is not registered: READY opens a conversation (MDP-W-09), even after a silence
+    # (MDP-D-06); anything else valid is unexpected (MDP-W-15, MDP-H-01).
+    cell(unregistered, [In.READY], S.IDLE, (A.REGISTER,), "MDP-W-09")
+    cell(unregistered, [In.READY_RESERVED], S.SILENCED, kick, "MDP-D-14", violation=True)
+    cell([S.UNKNOWN], [In.HEARTBEAT], S.SILENCED, kick, "MDP-H-01", violation=True)
+    cell([S.UNKNOWN], [*replies, In.REQUEST], S.SILENCED, kick, "MDP-W-15", violation=True)
+    cell([S.UNKNOWN], [In.DISCONNECT], S.SILENCED, (A.SILENCE,), "MDP-W-12")
+    cell([S.UNKNOWN], [In.INVALID], S.SILENCED, (A.SILENCE,), "MDP-W-16", violation=True)
+    cell([S.UNKNOWN], [In.EXPIRED, In.HEARTBEAT_DUE, In.SILENCE_OVER], None, (), "MDP-D-03")
+    cell([S.UNKNOWN], [In.UNREACHABLE, In.CONGESTED], None, (), "MDP-D-15")
+
+    # A registered worker.
+    cell(registered, [In.READY, In.READY_RESERVED], S.SILENCED, kick_registered, "MDP-W-10", True)
+    cell(registered, [In.HEARTBEAT], None, (A.REFRESH,), "MDP-H-02")
+    cell([S.IDLE], replies, S.SILENCED, kick_registered, "MDP-W-15", violation=True)
+    cell([S.BUSY], [In.PARTIAL], S.BUSY, (A.REFRESH, A.FORWARD_PARTIAL), "MDP-R-01")
+    cell([S.BUSY], [In.FINAL], S.IDLE, (A.REFRESH, A.FORWARD_FINAL), "MDP-R-01")
+    cell([S.BUSY], [In.FOREIGN_REPLY], S.SILENCED, kick_registered, "MDP-D-13", violation=True)
+    cell(registered, [In.REQUEST], S.SILENCED, kick_registered, "MDP-W-15", violation=True)
+    cell(registered, [In.DISCONNECT], S.SILENCED, drop_registered, "MDP-W-13")
+    cell(registered, [In.INVALID], S.SILENCED, drop_registered, "MDP-W-16", violation=True)
+    cell(registered, [In.EXPIRED], S.SILENCED, drop_registered, "MDP-H-05")
+    cell(registered, [In.HEARTBEAT_DUE], None, (A.SEND_HEARTBEAT,), "MDP-H-04")
+    cell(registered, [In.SILENCE_OVER], None, (), "MDP-D-03")
+    cell(registered, [In.UNREACHABLE, In.CONGESTED], S.SILENCED, drop_registered, "MDP-D-15")
+
+    # A silenced peer: nothing goes to it, whatever it says, until READY or the silence ends.
+    spoken = [In.HEARTBEAT, *replies, In.REQUEST, In.DISCONNECT, In.INVALID]
+    cell([S.SILENCED], spoken, S.SILENCED, (A.KEEP_SILENT,), "MDP-D-06")
+    cell([S.SILENCED], [In.EXPIRED, In.HEARTBEAT_DUE], None, (), "MDP-D-03")
+    cell([S.SILENCED], [In.UNREACHABLE, In.CONGESTED], None, (), "MDP-D-15")
+    cell([S.SILENCED], [In.SILENCE_OVER], S.UNKNOWN, (A.FORGET,), "MDP-D-06")
+    return table
+
+
+WORKER_TRANSITIONS: Final[Mapping[tuple[PeerState, WorkerInput], Transition]] = (
+    _build_worker_transitions()
+)
+
+# Why a registered worker leaves, by the input that removed it.
+_DISCONNECT_REASONS: Final[dict[WorkerInput, DisconnectReason]] = {
+    WorkerInput.READY: "unexpected-command",
+    WorkerInput.READY_RESERVED: "unexpected-command",
+    WorkerInput.PARTIAL: "unexpected-command",
+    WorkerInput.FINAL: "unexpected-command",
+    WorkerInput.FOREIGN_REPLY: "unexpected-command",
+    WorkerInput.REQUEST: "unexpected-command",
+    WorkerInput.DISCONNECT: "worker-disconnect",
+    WorkerInput.INVALID: "invalid-message",
+    WorkerInput.UNREACHABLE: "unreachable",
+    WorkerInput.CONGESTED: "congested",
+}
+
+_VIOLATION_REASONS: Final[dict[WorkerInput, str]] = {
+    WorkerInput.READY: "READY from a registered worker",
+    WorkerInput.READY_RESERVED: "READY for a service name reserved by the broker (mmi.*)",
+    WorkerInput.HEARTBEAT: "HEARTBEAT before READY",
+    WorkerInput.PARTIAL: "PARTIAL from a worker with no request",
+    WorkerInput.FINAL: "FINAL from a worker with no request",
+    WorkerInput.FOREIGN_REPLY: "PARTIAL/FINAL for a client other than the current request's",
+    WorkerInput.REQUEST: "REQUEST is a broker-to-worker command",
+}
+
+_WORKER_INPUT_OF_CODE: Final = {
+    mdp.W_READY: WorkerInput.READY,
+    mdp.W_REQUEST: WorkerInput.REQUEST,
+    mdp.W_PARTIAL: WorkerInput.PARTIAL,
+    mdp.W_FINAL: WorkerInput.FINAL,
+    mdp.W_HEARTBEAT: WorkerInput.HEARTBEAT,
+    mdp.W_DISCONNECT: WorkerInput.DISCONNECT,
+}
+
+
+# --- read-only views --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerView:
+    """A registered worker as seen from outside the broker."""
+
+    peer: bytes
+    service: bytes
+    state: PeerState
+    request_id: int | None
+    client: bytes | None
+    registered_at: float
+    last_heard: float
+    last_sent: float
+    expires_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class RequestView:
+    """An outstanding request (queued or dispatched)."""
+
+    request_id: int
+    client: bytes
+    service: bytes
+    state: RequestState
+    worker: bytes | None
+    attempts: int
+    partials: int
+    size: int
+    received_at: float
+    expires_at: float | None  # queue expiry; None while dispatched
+    abandoned: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceView:
+    """A service with workers or waiting requests."""
+
+    name: bytes
+    workers: int
+    idle: int
+    queued: int
+
+
+class _Silence:
+    """A silenced peer: nothing is sent to it until ``until`` passes with no word from it."""
+
+    __slots__ = ("peer", "timer_at", "until")
+
+    def __init__(self, peer: bytes, until: float) -> None:
+        self.peer = peer
+        self.until = until
+        self.timer_at = until
+
+
+_WORKER_TIMER: Final = 0
+_SILENCE_TIMER: Final = 1
+_QUEUE_TIMER: Final = 2
+
+
+# --- the broker -------------------------------------------------------------------------------
+
+
+class Broker:
+    """An MDP/0.2 broker: clients and workers on one ROUTER, as a sans-IO state machine.
+
+    >>> broker = Broker(BrokerConfig(heartbeat_interval=1.0))
+    >>> _ = broker.receive(b"W", [b"MDPW02", b"\\x01", b"echo"], now=0.0)
+    >>> _ = broker.receive(b"C", [b"MDPC02", b"\\x01", b"echo", b"hi"], now=0.1)
+    >>> broker.take_outgoing()
+    [(b'W', (b'MDPW02', b'\\x02', b'C', b'', b'hi'))]
+    """
+
+    def __init__(self, config: BrokerConfig | None = None) -> None:
+        self.config = config if config is not None else BrokerConfig()
+        self._interval = self.config.heartbeat_interval
+        self._span = self.config.expiry_span
+        self._dispatcher = Dispatcher()
+        self._workers: dict[bytes, WorkerRecord] = {}
+        self._silenced: dict[bytes, _Silence] = {}
+        self._clients: dict[bytes, RequestRecord] = {}  # peer -> its outstanding request
+        self._timers: DeadlineHeap[tuple[int, Any]] = DeadlineHeap()
+        self._outbox: list[tuple[bytes, Frames]] = []
+        self._now = float("-inf")
+        self._last_request_id = 0
+
+    # -- the sans-IO contract ------------------------------------------------------------------
+
+    def receive(self, peer: bytes, frames: Sequence[bytes], now: float) -> list[BrokerEvent]:
+        """Handle one message from ``peer`` (the ROUTER identity frame already removed).
+
+        ``frames`` must be a sequence of ``bytes``; anything a remote peer can send in it is
+        handled by the protocol (an event), never by an exception.
+        """
+        events = self._advance(now)
+        header = frames[0] if frames else None
+        if header == WORKER_HEADER:
+            self._on_worker_message(peer, frames, now, events)
+        elif header == CLIENT_HEADER:
+            self._on_client_message(peer, frames, now, events)
+        elif peer in self._workers or peer in self._silenced:
+            reason = "message without a known protocol header"
+            self._worker_input(peer, WorkerInput.INVALID, now, events, reason=reason)
+        else:
+            events.append(
+                ProtocolViolation(peer, "MDP-W-08", "unknown protocol header", "dropped", now)
+            )
+        return events
+
+    def tick(self, now: float) -> list[BrokerEvent]:
+        """Fire every timer due at or before ``now``: heartbeats, expiries."""
+        return self._advance(now)
+
+    def next_deadline(self) -> float | None:
+        """When ``tick`` should next be called (it may be early; never late), or None."""
+        return self._timers.earliest()
+
+    def take_outgoing(self) -> list[tuple[bytes, Frames]]:
+        """Drain the outbox: ``(peer, frames)`` pairs to send on the ROUTER, in order."""
+        outbox = self._outbox
+        self._outbox = []
+        return outbox
+
+    def peer_unreachable(self, peer: bytes, now: float) -> list[BrokerEvent]:
+        """The I/O layer could not route a message to ``peer``: it is gone (MDP-D-15)."""
+        return self._peer_failed(peer, now, WorkerInput.UNREACHABLE, "client-unreachable")
+
+    def peer_congested(self, peer: bytes, now: float) -> list[BrokerEvent]:
+        """``peer``'s pipe is full and a message to it was not sent (MDP-D-15)."""
+        return self._peer_failed(peer, now, WorkerInput.CONGESTED, "client-congested")
+
+    def shutdown(self, now: float) -> list[BrokerEvent]:
+        """Give up every request and send DISCONNECT to every registered worker (MDP-W-14).
+
+        For a graceful stop. Afterwards the broker holds no requests and no workers; the workers
+        it disconnected are silenced like any other (MDP-W-15).
+        """
+        events = self._advance(now)
+        for request in list(self._clients.values()):
+            if request.state is RequestState.QUEUED:
+                self._dispatcher.unqueue(request)
+            else:
+                request.abandoned = True
+            self._end_request(request, "broker-shutdown", None, now, events)
+        for worker in list(self._workers.values()):
+            self._outbox.append((worker.peer, mdp.DISCONNECT_FRAMES))
+            self._remove_worker(worker, now, events, disconnect_sent=True, reason="broker-shutdown")
+            self._silence(worker.peer, now)
+        return events
+
+    # -- views ---------------------------------------------------------------------------------
+
+    @property
+    def now(self) -> float:
+        """The latest time given to the broker."""
+        return self._now
+
+    def worker_state(self, peer: bytes) -> PeerState:
+        """The worker-side state of ``peer``."""
+        worker = self._workers.get(peer)
+        if worker is not None:
+            return PeerState.IDLE if worker.request is None else PeerState.BUSY
+        return PeerState.SILENCED if peer in self._silenced else PeerState.UNKNOWN
+
+    def workers(self) -> dict[bytes, WorkerView]:
+        """Every registered worker, in order of registration."""
+        return {peer: self._worker_view(w) for peer, w in self._workers.items()}
+
+    def silenced(self) -> dict[bytes, float]:
+        """Silenced peers and the time their silence ends if they stay quiet."""
+        return {peer: s.until for peer, s in self._silenced.items()}
+
+    def requests(self) -> list[RequestView]:
+        """Every outstanding request, in order of acceptance."""
+        return [self._request_view(r) for r in self._clients.values()]
+
+    def services(self) -> dict[bytes, ServiceView]:
+        """Every service with workers or waiting requests."""
+        return {
+            s.name: ServiceView(s.name, s.worker_count, len(s.idle), len(s.queue))
+            for s in self._dispatcher.services()
+        }
+
+    def queued(self, service: bytes) -> int:
+        """How many requests wait in the queue of ``service``."""
+        record = self._dispatcher.service(service)
+        return 0 if record is None else len(record.queue)
+
+    def _worker_view(self, w: WorkerRecord) -> WorkerView:
+        request = w.request
+        return WorkerView(
+            peer=w.peer,
+            service=w.service,
+            state=PeerState.IDLE if request is None else PeerState.BUSY,
+            request_id=None if request is None else request.request_id,
+            client=None if request is None else request.client,
+            registered_at=w.registered_at,
+            last_heard=w.last_heard,
+            last_sent=w.last_sent,
+            expires_at=w.last_heard + self._span,
+        )
+
+    def _request_view(self, r: RequestRecord) -> RequestView:
+        return RequestView(
+            request_id=r.request_id,
+            client=r.client,
+            service=r.service,
+            state=r.state,
+            worker=None if r.worker is None else r.worker.peer,
+            attempts=r.attempts,
+            partials=r.partials,
+            size=r.size,
+            received_at=r.received_at,
+            expires_at=r.expires_at if r.state is RequestState.QUEUED else None,
+            abandoned=r.abandoned,
+        )
+
+    # -- time ----------------------------------------------------------------------------------
+
+    def _advance(self, now: float) -> list[BrokerEvent]:
+        if now < self._now:
+            raise LocalProtocolError(f"time went backwards: {now} after {self._now}")
+        self._now = now
+        events: list[BrokerEvent] = []
+        timers = self._timers
+        for deadline, (kind, record) in timers.pop_due(now):
+            if kind == _WORKER_TIMER:
+                self._worker_timer(record, deadline, now, events)
+            elif kind == _SILENCE_TIMER:
+                self._silence_timer(record, deadline, now, events)
+            else:
+                self._queue_timer(record, deadline, now, events)
+        return events
+
+    def _worker_timer(
+        self, worker: WorkerRecord, deadline: float, now: float, events: list[BrokerEvent]
+    ) -> None:
+        if self._workers.get(worker.peer) is not worker or worker.timer_at != deadline:
+            return  # the worker is gone, or this entry was replaced
+        if now >= worker.last_heard + self._span:
+            self._worker_input(worker.peer, WorkerInput.EXPIRED, now, events)
+            return
+        if now >= worker.last_sent + self._interval:
+            self._worker_input(worker.peer, WorkerInput.HEARTBEAT_DUE, now, events)
+        self._arm_worker_timer(worker)
+
+    def _arm_worker_timer(self, worker: WorkerRecord) -> None:
+        at = min(worker.last_sent + self._interval, worker.last_heard + self._span)
+        worker.timer_at = at
+        self._timers.push(at, (_WORKER_TIMER, worker))
+
+    def _silence_timer(
+        self, silence: _Silence, deadline: float, now: float, events: list[BrokerEvent]
+    ) -> None:
+        if self._silenced.get(silence.peer) is not silence or silence.timer_at != deadline:
+            return
+        if now >= silence.until:
+            self._worker_input(silence.peer, WorkerInput.SILENCE_OVER, now, events)
+        else:
+            silence.timer_at = silence.until
+            self._timers.push(silence.until, (_SILENCE_TIMER, silence))
+
+    def _queue_timer(
+        self, request: RequestRecord, deadline: float, now: float, events: list[BrokerEvent]
+    ) -> None:
+        if request.state is not RequestState.QUEUED or request.expires_at != deadline:
+            return  # dispatched, done, or re-queued since (with a timer of its own)
+        self._dispatcher.unqueue(request)
+        del self._clients[request.client]
+        events.append(
+            RequestExpired(
+                request.request_id, request.client, request.service, now - request.queued_at, now
+            )
+        )
+
+    # -- the worker side -----------------------------------------------------------------------
+
+    def _on_worker_message(
+        self, peer: bytes, frames: Sequence[bytes], now: float, events: list[BrokerEvent]
+    ) -> None:
+        try:
+            code = mdp.validate_worker(frames)
+        except MalformedMessage as error:
+            self._worker_input(
+                peer, WorkerInput.INVALID, now, events, reason=error.reason, rule=error.rule
+            )
+            return
+        input_ = _WORKER_INPUT_OF_CODE[code]
+        if input_ is WorkerInput.PARTIAL or input_ is WorkerInput.FINAL:
+            worker = self._workers.get(peer)
+            request = None if worker is None else worker.request
+            if request is not None and request.client != frames[2]:
+                input_ = WorkerInput.FOREIGN_REPLY
+            self._worker_input(peer, input_, now, events, body=tuple(frames[4:]))
+        elif input_ is WorkerInput.READY:
+            service = frames[2]
+            if service.startswith(MMI_PREFIX):
+                input_ = WorkerInput.READY_RESERVED
+            self._worker_input(peer, input_, now, events, service=service)
+        else:
+            self._worker_input(peer, input_, now, events)
+
+    def _worker_input(
+        self,
+        peer: bytes,
+        input_: WorkerInput,
+        now: float,
+        events: list[BrokerEvent],
+        *,
+        service: bytes = b"",
+        body: Frames = (),
+        reason: str | None = None,
+        rule: str | None = None,
+    ) -> None:
+        """Apply ``WORKER_TRANSITIONS`` for one input to ``peer``'s worker side."""
+        state = self.worker_state(peer)
+        transition = WORKER_TRANSITIONS[state, input_]
+        if transition.violation:
+            why = reason if reason is not None else _VIOLATION_REASONS[input_]
+            kicked = Action.SEND_DISCONNECT in transition.actions
+            action: ViolationAction = "disconnected" if kicked else "dropped"
+            events.append(ProtocolViolation(peer, rule or transition.rule, why, action, now))
+        worker = self._workers.get(peer)
+        for step in transition.actions:
+            if step is Action.REFRESH:
+                assert worker is not None
+                worker.last_heard = now
+            elif step is Action.FORWARD_PARTIAL:
+                assert worker is not None
+                self._forward_partial(worker, body, now, events)
+            elif step is Action.FORWARD_FINAL:
+                assert worker is not None
+                self._forward_final(worker, body, now, events)
+            elif step is Action.REGISTER:
+                self._register(peer, service, now, events)
+            elif step is Action.SEND_HEARTBEAT:
+                assert worker is not None
+                self._send(worker, mdp.HEARTBEAT_FRAMES)
+            elif step is Action.SEND_DISCONNECT:
+                self._outbox.append((peer, mdp.DISCONNECT_FRAMES))
+            elif step is Action.UNREGISTER:
+                assert worker is not None
+                if input_ is WorkerInput.EXPIRED:
+                    events.append(WorkerExpired(peer, worker.service, worker.last_heard, now))
+                    self._remove_worker(worker, now, events, disconnect_sent=False, reason=None)
+                else:
+                    self._remove_worker(
+                        worker,
+                        now,
+                        events,
+                        disconnect_sent=Action.SEND_DISCONNECT in transition.actions,
+                        reason=_DISCONNECT_REASONS[input_],
+                    )
+            elif step is Action.SILENCE:
+                self._silence(peer, now)
+            elif step is Action.KEEP_SILENT:
+                self._keep_silent(peer, input_, now, events)
+            elif step is Action.FORGET:
+                del self._silenced[peer]
+
+    def _send(self, worker: WorkerRecord, frames: Frames) -> None:
+        worker.last_sent = self._now
+        self._outbox.append((worker.peer, frames))
+
+    def _register(self, peer: bytes, service: bytes, now: float, events: list[BrokerEvent]) -> None:
+        self._silenced.pop(peer, None)
+        worker = WorkerRecord(peer, service, now)
+        self._workers[peer] = worker
+        record = self._dispatcher.add_worker(worker)
+        self._arm_worker_timer(worker)
+        events.append(WorkerRegistered(peer, service, now))
+        self._dispatch(record, now, events)
+
+    def _remove_worker(
+        self,
+        worker: WorkerRecord,
+        now: float,
+        events: list[BrokerEvent],
+        *,
+        disconnect_sent: bool,
+        reason: DisconnectReason | None,
+    ) -> None:
+        """Unregister a worker; re-dispatch, drop or forget its request (MDP-D-08, MDP-D-09)."""
+        del self._workers[worker.peer]
+        if reason is not None:
+            events.append(
+                WorkerDisconnected(worker.peer, worker.service, reason, disconnect_sent, now)
+            )
+        request = self._dispatcher.remove_worker(worker)
+        if request is None:
+            return
+        if request.abandoned:
+            request.state = RequestState.DONE  # its client is gone: nothing more to do
+        elif request.partials:
+            self._end_request(request, "lost-after-partial", worker.peer, now, events)
+        elif request.attempts > self.config.max_redispatches:
+            self._end_request(request, "redispatch-limit", worker.peer, now, events)
+        else:
+            events.append(
+                RequestRedispatched(
+                    request.request_id,
+                    request.client,
+                    request.service,
+                    worker.peer,
+                    request.attempts,
+                    now,
+                )
+            )
+            self._dispatch(self._queue(request, now, front=True), now, events)
+
+    def _silence(self, peer: bytes, now: float) -> None:
+        silence = _Silence(peer, now + self._span)
+        self._silenced[peer] = silence
+        self._timers.push(silence.until, (_SILENCE_TIMER, silence))
+
+    def _keep_silent(
+        self, peer: bytes, input_: WorkerInput, now: float, events: list[BrokerEvent]
+    ) -> None:
+        self._silenced[peer].until = now + self._span
+        events.append(MessageDropped(peer, f"{input_.value} from a silenced peer", now))
+
+    def _forward_partial(
+        self, worker: WorkerRecord, body: Frames, now: float, events: list[BrokerEvent]
+    ) -> None:
+        request = worker.request
+        assert request is not None
+        if request.abandoned:
+            events.append(MessageDropped(worker.peer, "PARTIAL for a client that is gone", now))
+            return
+        request.partials += 1
+        self._outbox.append((request.client, mdp.client_partial_frames(request.service, body)))
+        events.append(
+            PartialForwarded(
+                request.request_id,
+                request.client,
+                request.service,
+                worker.peer,
+                sum(map(len, body)),
+                now,
+            )
+        )
+
+    def _forward_final(
+        self, worker: WorkerRecord, body: Frames, now: float, events: list[BrokerEvent]
+    ) -> None:
+        request = self._dispatcher.release(worker)
+        if request.abandoned:
+            events.append(MessageDropped(worker.peer, "FINAL for a client that is gone", now))
+        else:
+            del self._clients[request.client]
+            self._outbox.append((request.client, mdp.client_final_frames(request.service, body)))
+            events.append(
+                RequestCompleted(
+                    request.request_id,
+                    request.client,
+                    request.service,
+                    worker.peer,
+                    request.partials,
+                    sum(map(len, body)),
+                    now - request.received_at,
+                    now,
+                )
+            )
+        record = self._dispatcher.service(worker.service)
+        assert record is not None
+        self._dispatch(record, now, events)
+
+    # -- the client side -----------------------------------------------------------------------
+
+    def _on_client_message(
+        self, peer: bytes, frames: Sequence[bytes], now: float, events: list[BrokerEvent]
+    ) -> None:
+        try:
+            code = mdp.validate_client(frames)
+        except MalformedMessage as error:
+            events.append(ProtocolViolation(peer, error.rule, error.reason, "dropped", now))
+            return
+        if code != mdp.C_REQUEST:
+            reason = "PARTIAL/FINAL are broker-to-client commands"
+            events.append(ProtocolViolation(peer, "MDP-D-16", reason, "dropped", now))
+            return
+        if peer in self._clients:
+            reason = "REQUEST while this client has one outstanding; the first stands"
+            events.append(ProtocolViolation(peer, "MDP-S-02", reason, "dropped", now))
+            return
+        service = frames[2]
+        body = tuple(frames[3:])
+        if service.startswith(MMI_PREFIX):
+            self._mmi(peer, service, body, now, events)
+            return
+        self._last_request_id += 1
+        request = RequestRecord(self._last_request_id, peer, service, body, now)
+        self._clients[peer] = request
+        events.append(RequestQueued(request.request_id, peer, service, request.size, now))
+        self._dispatch(self._queue(request, now, front=False), now, events)
+
+    def _mmi(
+        self, peer: bytes, service: bytes, body: Frames, now: float, events: list[BrokerEvent]
+    ) -> None:
+        query = body[0]
+        if service == MMI_SERVICE:
+            record = self._dispatcher.service(query)
+            status = b"200" if record is not None and record.worker_count else b"404"
+        else:
+            status = b"501"
+        self._outbox.append((peer, mdp.client_final_frames(service, (status,))))
+        events.append(MmiReplied(peer, service, query, status, now))
+
+    def _peer_failed(
+        self, peer: bytes, now: float, input_: WorkerInput, drop: DropReason
+    ) -> list[BrokerEvent]:
+        events = self._advance(now)
+        self._worker_input(peer, input_, now, events)
+        request = self._clients.get(peer)
+        if request is not None:
+            if request.state is RequestState.QUEUED:
+                self._dispatcher.unqueue(request)
+                self._end_request(request, drop, None, now, events)
+            else:
+                # Its worker carries on; whatever it sends for this request is dropped.
+                request.abandoned = True
+                peer_of_worker = None if request.worker is None else request.worker.peer
+                self._end_request(request, drop, peer_of_worker, now, events)
+        return events
+
+    # -- requests ------------------------------------------------------------------------------
+
+    def _queue(self, request: RequestRecord, now: float, *, front: bool) -> ServiceRecord:
+        request.queued_at = now
+        request.expires_at = now + self.config.request_expiry
+        self._timers.push(request.expires_at, (_QUEUE_TIMER, request))
+        return self._dispatcher.enqueue(request, front=front)
+
+    def _end_request(
+        self,
+        request: RequestRecord,
+        reason: DropReason,
+        worker: bytes | None,
+        now: float,
+        events: list[BrokerEvent],
+    ) -> None:
+        if not request.abandoned:
+            request.state = RequestState.DONE
+        del self._clients[request.client]
+        events.append(
+            RequestDropped(request.request_id, request.client, request.service, reason, worker, now)
+        )
+
+    def _dispatch(self, record: ServiceRecord, now: float, events: list[BrokerEvent]) -> None:
+        """Hand waiting requests of one service to its idle workers (work conservation)."""
+        while (pair := self._dispatcher.next_assignment(record)) is not None:
+            request, worker = pair
+            self._send(worker, mdp.worker_request_frames(request.client, request.body))
+            events.append(
+                RequestDispatched(
+                    request.request_id,
+                    request.client,
+                    request.service,
+                    worker.peer,
+                    request.attempts,
+                    now - request.queued_at,
+                    now,
+                )
+            )
