@@ -6,6 +6,8 @@ the suite on every supported Python that is installed.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import nox
 
 nox.options.default_venv_backend = "virtualenv"
@@ -62,3 +64,14 @@ def stateful_long(session: nox.Session) -> None:
     """The Hypothesis state machines of the core with the ``long`` profile."""
     session.install("-e", ".", *group("test"))
     session.run("pytest", "tests/protocol", "--hypothesis-profile=long", *session.posargs)
+
+
+@nox.session
+def bench(session: nox.Session) -> None:
+    """Every benchmark script in benchmarks/ (not ``_*.py``); e.g. ``nox -s bench -- --quick``.
+
+    Options after ``--`` go to every script (each takes ``--quick``, ``--reps N``, ``--json FILE``).
+    """
+    session.install("-e", ".")
+    for script in sorted(Path("benchmarks").glob("[!_]*.py")):
+        session.run("python", str(script), *session.posargs)

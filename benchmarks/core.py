@@ -1,0 +1,244 @@
+"""CPU cost of the sans-IO core, without sockets: what the broker and sessions cost per input.
+
+Cases (times are CPU microseconds per operation; see ``_harness.py`` for how they are taken):
+
+- broker request cycle: client REQUEST in, worker REQUEST out, worker FINAL in, client FINAL
+  out, through ``Broker.receive`` and ``take_outgoing``, with 100 workers on 10 services and
+  16-byte bodies. Our budget on the team's machine is 15 us per cycle.
+- broker tick, nothing due: ``tick(now)`` with 10,000 idle workers registered (must not scan).
+- broker heartbeat round: one ``tick`` at which all 10,000 workers are due a HEARTBEAT, then
+  ``take_outgoing``; per worker.
+- worker session: REQUEST in and FINAL out (``receive``, ``send_final``, ``take_outgoing``),
+  per message; HEARTBEAT in, per message.
+- client session: ``request``, ``take_outgoing``, FINAL in (``receive``), per message.
+
+Each timed body checks the messages it gets back (cheaply) so that a broken core fails here
+instead of printing a fast, meaningless number.
+
+Usage: ``python benchmarks/core.py [--quick] [--reps N] [--json FILE] [--profile]``.
+``--profile`` runs the broker cycle under cProfile and prints where the time goes.
+"""
+
+from __future__ import annotations
+
+import cProfile
+import pstats
+from collections.abc import Callable
+
+from _harness import Case, measure, parser, report
+
+from domo.protocol import Broker, BrokerConfig, ClientSession, WorkerSession, mdp
+
+BODY = (b"0123456789abcdef",)  # one 16-byte frame
+WORKERS, SERVICES, CLIENTS = 100, 10, 1000
+IDLE_WORKERS = 10_000
+STEP = 1e-6  # seconds between inputs: far less than any heartbeat or expiry
+
+
+def _service(index: int) -> bytes:
+    return b"service-%02d" % (index % SERVICES)
+
+
+def _broker_with_workers(count: int) -> Broker:
+    """A broker at time 0 with ``count`` idle workers spread over the services."""
+    broker = Broker(BrokerConfig())
+    for index in range(count):
+        broker.receive(b"worker-%05d" % index, mdp.worker_ready_frames(_service(index)), 0.0)
+    if broker.take_outgoing() or len(broker.workers()) != count:
+        raise AssertionError("workers did not register")
+    return broker
+
+
+# --- broker -----------------------------------------------------------------------------------
+
+
+def broker_cycle(cycles: int) -> Case:
+    """Full request cycles through the broker."""
+
+    def setup() -> Callable[[], None]:
+        broker = _broker_with_workers(WORKERS)
+        plan = []
+        for index in range(cycles):
+            client = b"client-%04d" % (index % CLIENTS)
+            request = mdp.client_request_frames(_service(index), BODY)
+            final = mdp.worker_final_frames(client, BODY)
+            plan.append((client, request, final))
+        receive, take = broker.receive, broker.take_outgoing
+
+        def body() -> None:
+            now = 1.0
+            for client, request, final in plan:
+                now += STEP
+                receive(client, request, now)
+                [(worker, _)] = take()
+                receive(worker, final, now)
+                [(to, reply)] = take()
+                if to is not client or reply[1] != mdp.C_FINAL:
+                    raise AssertionError(f"unexpected reply {reply!r} to {to!r}")
+            if broker.requests():
+                raise AssertionError("requests left outstanding")
+
+        return body
+
+    return Case("broker: request cycle, 100 workers, 10 services", "cycle", cycles, setup)
+
+
+def broker_tick_idle(calls: int) -> Case:
+    """``tick`` when nothing is due, with many idle workers registered."""
+
+    def setup() -> Callable[[], None]:
+        broker = _broker_with_workers(IDLE_WORKERS)
+        tick = broker.tick
+        interval = broker.config.heartbeat_interval
+        times = [interval * 0.9 * (i + 1) / calls for i in range(calls)]
+
+        def body() -> None:
+            for now in times:
+                if tick(now):
+                    raise AssertionError(f"events at {now} with nothing due")
+            if broker.take_outgoing():
+                raise AssertionError("messages sent with nothing due")
+
+        return body
+
+    return Case("broker: tick, 10,000 idle workers, nothing due", "tick", calls, setup)
+
+
+def broker_heartbeat_round() -> Case:
+    """One ``tick`` at which every one of many idle workers is due a HEARTBEAT."""
+
+    def setup() -> Callable[[], None]:
+        broker = _broker_with_workers(IDLE_WORKERS)
+        due = broker.config.heartbeat_interval
+
+        def body() -> None:
+            broker.tick(due)
+            sent = broker.take_outgoing()
+            if len(sent) != IDLE_WORKERS or any(f != mdp.HEARTBEAT_FRAMES for _, f in sent):
+                raise AssertionError(f"{len(sent)} messages, expected one HEARTBEAT per worker")
+
+        return body
+
+    return Case("broker: heartbeat round, 10,000 workers due", "worker", IDLE_WORKERS, setup)
+
+
+# --- sessions ---------------------------------------------------------------------------------
+
+
+def _connected_worker() -> WorkerSession:
+    worker = WorkerSession(b"service-00")
+    worker.connected(0.0)
+    if worker.take_outgoing() != [mdp.worker_ready_frames(b"service-00")]:
+        raise AssertionError("the worker did not send READY")
+    return worker
+
+
+def worker_request_final(cycles: int) -> Case:
+    """A worker session takes a REQUEST and sends its FINAL."""
+
+    def setup() -> Callable[[], None]:
+        worker = _connected_worker()
+        request = mdp.worker_request_frames(b"client-0001", BODY)
+        receive, send_final, take = worker.receive, worker.send_final, worker.take_outgoing
+
+        def body() -> None:
+            now = 1.0
+            for _ in range(cycles):
+                now += STEP
+                [received] = receive(request, now)
+                send_final(BODY, now)
+                [final] = take()
+                if final[1] != mdp.W_FINAL:
+                    raise AssertionError(f"unexpected {final!r} after {received!r}")
+
+        return body
+
+    return Case("worker session: REQUEST in, FINAL out", "message", 2 * cycles, setup)
+
+
+def worker_heartbeat_in(messages: int) -> Case:
+    """A worker session hears a HEARTBEAT from the broker."""
+
+    def setup() -> Callable[[], None]:
+        worker = _connected_worker()
+        receive = worker.receive
+        heartbeat = mdp.HEARTBEAT_FRAMES
+
+        def body() -> None:
+            now = 1.0
+            for _ in range(messages):
+                now += STEP
+                if receive(heartbeat, now):
+                    raise AssertionError("events for a HEARTBEAT")
+            if worker.take_outgoing():
+                raise AssertionError("the worker answered a HEARTBEAT")
+
+        return body
+
+    return Case("worker session: HEARTBEAT in", "message", messages, setup)
+
+
+def client_request_final(cycles: int) -> Case:
+    """A client session sends a REQUEST and takes its FINAL."""
+
+    def setup() -> Callable[[], None]:
+        client = ClientSession()
+        client.connected(0.0)
+        final = mdp.client_final_frames(b"service-00", BODY)
+        request, receive, take = client.request, client.receive, client.take_outgoing
+
+        def body() -> None:
+            now = 1.0
+            for _ in range(cycles):
+                now += STEP
+                request(b"service-00", BODY, now)
+                [sent] = take()
+                [received] = receive(final, now)
+                if sent[1] != mdp.C_REQUEST:
+                    raise AssertionError(f"unexpected {sent!r} before {received!r}")
+
+        return body
+
+    return Case("client session: REQUEST out, FINAL in", "message", 2 * cycles, setup)
+
+
+# --- the command ------------------------------------------------------------------------------
+
+
+def cases(quick: bool) -> list[Case]:
+    """Every case, sized for a full run or a quick one."""
+    scale = 2_000 if quick else 50_000
+    return [
+        broker_cycle(scale),
+        broker_tick_idle(scale),
+        broker_heartbeat_round(),
+        worker_request_final(scale),
+        worker_heartbeat_in(scale),
+        client_request_final(scale),
+    ]
+
+
+def profile(cycles: int) -> None:
+    """Print the functions where the broker cycle spends its time."""
+    body = broker_cycle(cycles).setup()
+    profiler = cProfile.Profile()
+    profiler.runcall(body)
+    stats = pstats.Stats(profiler)
+    stats.sort_stats("tottime").print_stats(20)
+
+
+def main() -> None:
+    """Run every case and print the table."""
+    args_parser = parser(__doc__.split("\n")[0] if __doc__ else "core benchmarks")
+    args_parser.add_argument("--profile", action="store_true", help="profile the broker cycle")
+    args = args_parser.parse_args()
+    if args.profile:
+        profile(2_000 if args.quick else 50_000)
+        return
+    reps = args.reps if args.reps is not None else (3 if args.quick else 15)
+    results = [measure(case, reps) for case in cases(args.quick)]
+    report("benchmarks/core.py", results, args)
+
+
+if __name__ == "__main__":
+    main()

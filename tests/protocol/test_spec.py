@@ -1,0 +1,121 @@
+"""The spec, the code and the tests agree: specs/mdp-0.2.md is checked, not just written.
+
+- The transition tables in the spec are exactly what ``domo.spec_tables`` renders from the code.
+- Every rule the spec defines is cited by some test (a rule nobody tests is a rule nobody keeps).
+- Every rule id the code or a planted bug names is defined in the spec.
+
+A rule is *defined* by a row of one of the spec's rule tables whose first cell is its id. A test
+*cites* a rule by naming its id anywhere in its source (name, docstring, comment or string), as
+``MDP-X-NN``, or in a test name as ``mdp_x_nn``.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from domo.spec_tables import extract_block, render_block
+
+ROOT = Path(__file__).resolve().parents[2]
+SPEC = ROOT / "specs" / "mdp-0.2.md"
+TESTS = ROOT / "tests"
+SOURCES = ROOT / "src" / "domo"
+MUTANTS = TESTS / "mutants"
+
+RULE_ID = re.compile(r"\bMDP-[A-Z]-\d\d\b")
+RULE_ID_IN_NAME = re.compile(r"\bmdp_([a-z])_(\d\d)(?!\d)", re.IGNORECASE)
+DEFINITION = re.compile(r"^\|\s*(MDP-[A-Z]-\d\d)\s*\|", re.MULTILINE)
+
+
+def spec_text() -> str:
+    return SPEC.read_text(encoding="utf-8")
+
+
+def defined_rules() -> list[str]:
+    """Rule ids in the first column of the spec's tables, in order of appearance."""
+    return DEFINITION.findall(spec_text())
+
+
+def cited_rules(source: str) -> set[str]:
+    """Rule ids a test source names, either spelling."""
+    cited = set(RULE_ID.findall(source))
+    cited.update(f"MDP-{letter.upper()}-{num}" for letter, num in RULE_ID_IN_NAME.findall(source))
+    return cited
+
+
+def test_spec_defines_rules_once_each() -> None:
+    """The rule tables are there, and no id is defined twice."""
+    rules = defined_rules()
+    assert len(rules) > 50, f"only {len(rules)} rule rows found in {SPEC}; is the format intact?"
+    twice = sorted(rule for rule, count in Counter(rules).items() if count > 1)
+    assert not twice, f"rule ids defined more than once: {twice}"
+
+
+def test_transition_tables_in_spec_match_the_code() -> None:
+    """The block between the table markers is the renderer's current output."""
+    in_spec = extract_block(spec_text())
+    rendered = render_block()
+    assert in_spec == rendered, (
+        "the transition tables in specs/mdp-0.2.md differ from the code; regenerate them with "
+        "`python -m domo.spec_tables --write specs/mdp-0.2.md` and review the diff"
+    )
+
+
+def test_every_rule_is_cited_by_a_test() -> None:
+    """Each rule of the spec is named by at least one test file other than this one."""
+    this_file = Path(__file__).resolve()
+    cited: set[str] = set()
+    for path in sorted(TESTS.rglob("*.py")):
+        if path.resolve() == this_file or MUTANTS in path.parents:
+            continue
+        cited |= cited_rules(path.read_text(encoding="utf-8"))
+    uncited = [rule for rule in defined_rules() if rule not in cited]
+    assert not uncited, f"{len(uncited)} rules are cited by no test: {', '.join(uncited)}"
+
+
+def test_rule_ids_in_the_code_are_defined() -> None:
+    """Every rule id the code names (in events, errors, tables, docs or comments) exists."""
+    defined = set(defined_rules())
+    unknown = [
+        f"{path.relative_to(ROOT)}:{number}: {rule}"
+        for path in sorted(SOURCES.rglob("*.py"))
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1)
+        for rule in RULE_ID.findall(line)
+        if rule not in defined
+    ]
+    assert not unknown, "rule ids used in src/domo but not defined in the spec:\n" + "\n".join(
+        unknown
+    )
+
+
+def test_code_names_rules() -> None:
+    """The scan above is looking at the right files: the core does name rules."""
+    named = {
+        rule
+        for path in SOURCES.rglob("*.py")
+        for rule in RULE_ID.findall(path.read_text(encoding="utf-8"))
+    }
+    assert len(named) > 30, f"only {len(named)} rule ids found under {SOURCES}"
+
+
+def test_rules_of_planted_bugs_are_defined() -> None:
+    """Each mutant of tests/mutants/*.toml names at least one rule, and only defined ones."""
+    files = sorted(MUTANTS.glob("*.toml"))
+    if not files:
+        pytest.skip("no mutant files in tests/mutants")
+    defined = set(defined_rules())
+    problems: list[str] = []
+    for path in files:
+        with path.open("rb") as handle:
+            mutants = tomllib.load(handle).get("mutant", [])
+        for mutant in mutants:
+            where = f"{path.name}: mutant {mutant.get('id', '?')}"
+            rules = RULE_ID.findall(str(mutant.get("rule", "")))
+            if not rules:
+                problems.append(f"{where} names no rule id")
+            problems += [f"{where} names {rule}" for rule in rules if rule not in defined]
+    assert not problems, "mutants naming rules the spec does not define:\n" + "\n".join(problems)
