@@ -41,6 +41,7 @@ class Recorder(Generic[E]):
         return [event for _, event in self.events if isinstance(event, kind)]
 
     async def wait_for(self, kind: type[Any], match: Callable[[Any], bool] = bool) -> Any:
+        await trio.lowlevel.checkpoint()
         seen = 0
         while True:
             for _, event in self.events[seen:]:

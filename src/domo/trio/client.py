@@ -115,7 +115,13 @@ class Client:
         self._idle_send.close()  # requests waiting for a session get ClientClosed
         if self._nursery is not None:
             self._nursery.cancel_scope.cancel()  # each pump closes its session and socket
-        return await self._stack.__aexit__(exc_type, exc, tb)
+        try:
+            return await self._stack.__aexit__(exc_type, exc, tb)
+        except BaseExceptionGroup as group:
+            # The nursery wraps what the body raised; give the caller its own exception back.
+            if exc is not None and group.exceptions == (exc,):
+                raise exc from None
+            raise
 
     async def request(self, service: str | bytes, *frames: bytes) -> list[bytes]:
         """Send a request and return the body of its FINAL (PARTIALs are skipped)."""

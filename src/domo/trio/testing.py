@@ -8,8 +8,8 @@ expiry and backoff take virtual seconds and no real time.
 It behaves like ZeroMQ where the runtime depends on it: a ROUTER sees its peers' identities,
 gets EHOSTUNREACH for an identity it does not know and EAGAIN when that peer's queue holds
 ``hwm`` messages; a DEALER finds the ROUTER by endpoint name at each send, so a ROUTER bound
-again after a restart is reached by the same DEALERs. Unlike ZeroMQ, a DEALER never blocks, and
-what it sends while no ROUTER is bound is lost.
+again after a restart is reached by the same DEALERs, and what a DEALER sends while no ROUTER is
+bound waits until one binds. Unlike ZeroMQ, a DEALER never blocks (it has no high-water mark).
 
 Every message goes through ``policy(packet)``, which returns a delay in seconds (0 to deliver at
 once) or None to drop it; ``packets`` records every message sent, with its fate.
@@ -76,7 +76,9 @@ class _FakeConnection:
     def send(self, frames: Sequence[bytes]) -> int:
         if self.identity:  # a DEALER: to whichever ROUTER is bound there now
             router = self._net._routers.get(self.endpoint)
-            if router is not None:
+            if router is None:
+                self._net._parked.setdefault(self.endpoint, []).append((self, list(frames)))
+            else:
                 router.peers[self.identity] = self
                 self._net._transmit(router, True, self.identity, [self.identity, *frames])
             return SENT
@@ -108,6 +110,7 @@ class FakeNetwork:
         self.policy = policy
         self.packets: list[Packet] = []
         self._routers: dict[str, _FakeConnection] = {}
+        self._parked: dict[str, list[tuple[_FakeConnection, list[bytes]]]] = {}  # no ROUTER yet
         self._dealers = 0
 
     def bind(self, endpoints: Sequence[str], hwm: int) -> tuple[Connection, list[str]]:
@@ -117,6 +120,9 @@ class FakeNetwork:
         router = _FakeConnection(self, "", b"", hwm)
         for endpoint in endpoints:
             self._routers[endpoint] = router
+            for dealer, frames in self._parked.pop(endpoint, []):
+                if not dealer.closed:
+                    dealer.send(frames)
         return router, list(endpoints)
 
     def connect(self, endpoint: str) -> Connection:

@@ -3,9 +3,10 @@
 A handler gets the request body (a list of frames) and answers in one of two ways:
 
 - an ``async def`` returning the FINAL body: ``bytes`` (one frame) or a sequence of ``bytes``;
-- an ``async def`` generator: every value it yields is a body; the last one is the FINAL and
-  every earlier one a PARTIAL. The runtime learns that a value was not the last when the next
-  one is yielded, so each PARTIAL goes out when its successor is ready (or the generator ends).
+- an ``async def`` generator (or any async iterator): every value it yields is a body; the
+  last one is the FINAL and every earlier one a PARTIAL. The runtime learns that a value was not
+  the last when the next one is yielded, so each PARTIAL goes out when its successor is ready
+  (or the generator ends).
   A generator that yields nothing is a handler error.
 
 Each request's handler runs in its own task, so the session keeps heartbeating while it works
@@ -22,10 +23,8 @@ back to the broker, MDP-D-22) and closes the sockets.
 
 from __future__ import annotations
 
-import inspect
 import logging
-from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
-from contextlib import aclosing
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import TypeAlias
 
 import trio
@@ -43,7 +42,7 @@ __all__ = ["Body", "Handler", "run_worker"]
 logger = logging.getLogger("domo.worker")
 
 Body: TypeAlias = bytes | Sequence[bytes]
-Handler: TypeAlias = Callable[[list[bytes]], Awaitable[Body] | AsyncGenerator[Body, None]]
+Handler: TypeAlias = Callable[[list[bytes]], Awaitable[Body] | AsyncIterator[Body]]
 
 
 class HandlerError(Exception):
@@ -135,10 +134,10 @@ class _Serving:
         """The FINAL body, an error body if the handler failed, None if abandoned."""
         try:
             result = self._handler(list(request.body))
-            if not inspect.isasyncgen(result):
-                return _frames(await result)  # type: ignore[misc]
+            if not isinstance(result, AsyncIterator):
+                return _frames(await result)
             held: mdp.Frames | None = None
-            async with aclosing(result):
+            try:
                 async for value in result:
                     if held is not None:
                         if self.session.current_request != request.number:
@@ -146,6 +145,10 @@ class _Serving:
                         self.pump.call(self.session.send_partial, held)
                         await self.pump.drained()  # don't queue faster than the socket sends
                     held = _frames(value)
+            finally:
+                close = getattr(result, "aclose", None)  # an async generator's cleanup, now
+                if close is not None:
+                    await close()
             if held is None:
                 raise HandlerError("the handler's generator yielded nothing")
             return held
