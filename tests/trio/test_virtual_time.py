@@ -483,18 +483,22 @@ async def test_stopping_a_busy_worker_hands_its_request_back(
             nursery.cancel_scope.cancel()
 
 
-async def test_client_concurrency_runs_that_many_sessions(
+async def test_client_and_worker_concurrency_run_that_many_sessions(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
-    """MDP-C-07: one request per socket, so concurrency=3 means three sockets; a fourth request
-    waits for a free session."""
+    """MDP-C-07, MDP-A-06: one request per socket, so a Client with concurrency=3 uses three
+    sockets and a fourth request waits for a free session; run_worker with concurrency=4
+    registers four workers (four sockets) that work at the same time."""
     net = FakeNetwork()
     broker_events: Recorder[BrokerEvent] = Recorder()
     with trio.fail_after(60):
         async with trio.open_nursery() as nursery:
             await start_broker(nursery, net, broker_events)
-            for _ in range(4):
-                await start_worker(nursery, net, "slow", slow_echo)
+            serve = partial(run_worker, config=WORKER, transport=net, concurrency=4)
+            await nursery.start(serve, EP, "slow", slow_echo)
+            await broker_events.wait_for(
+                WorkerRegistered, lambda _: len(broker_events.of_type(WorkerRegistered)) == 4
+            )
             async with Client(EP, concurrency=3, timeout=30.0, transport=net) as client:
                 start = trio.current_time()
                 done: dict[int, float] = {}
@@ -511,6 +515,8 @@ async def test_client_concurrency_runs_that_many_sessions(
                         requests.start_soon(ask, index)
             assert sorted(done.values()) == [1.0, 1.0, 1.0, 2.0]
             assert len({q.client for q in broker_events.of_type(RequestQueued)}) == 3
+            workers = {d.worker for d in broker_events.of_type(RequestDispatched)}
+            assert len(workers) == 4  # least recently used: the fourth goes to an idle one
             nursery.cancel_scope.cancel()
 
 
@@ -542,4 +548,25 @@ async def test_a_client_that_does_not_read_is_dropped_not_waited_for(
             to_mute = [p for p in net.packets if not p.to_router and p.peer == dropped.client]
             assert [p.frames[3] for p in to_mute] == [b"%d" % i for i in range(10)]
             mute.close(0)
+            nursery.cancel_scope.cancel()
+
+
+async def test_delayed_network_delays_every_hop(autojump_clock: trio.testing.MockClock) -> None:
+    """The FakeNetwork's delay hook: with 0.25 s per message, a request takes exactly four hops
+    (client, broker, worker, broker, client), and heartbeats still keep the worker alive
+    (MDP-H-02)."""
+    net = FakeNetwork(policy=lambda packet: 0.25)
+    broker_events: Recorder[BrokerEvent] = Recorder()
+    with trio.fail_after(60):
+        async with trio.open_nursery() as nursery:
+            await start_broker(nursery, net, broker_events)
+            await start_worker(nursery, net, "echo", echo)
+            await broker_events.wait_for(WorkerRegistered)
+            async with Client(EP, transport=net) as client:
+                for index in range(3):
+                    start = trio.current_time()
+                    assert await client.request("echo", b"%d" % index) == [b"%d" % index]
+                    assert trio.current_time() - start == 1.0
+                    await trio.sleep(5.0)
+            assert not broker_events.of_type(WorkerExpired)
             nursery.cancel_scope.cancel()

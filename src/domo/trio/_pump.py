@@ -27,21 +27,7 @@ from typing import Any, Generic, Protocol, TypeVar
 import trio
 
 from domo.protocol import Broker
-from domo.protocol.events import (
-    BrokerEvent,
-    MessageDropped,
-    ProtocolViolation,
-    ReconnectRequired,
-    RequestAbandoned,
-    RequestCompleted,
-    RequestDropped,
-    RequestExpired,
-    RequestRedispatched,
-    WorkerConnected,
-    WorkerDisconnected,
-    WorkerExpired,
-    WorkerRegistered,
-)
+from domo.protocol.events import BrokerEvent, ReconnectRequired
 
 from ._transport import EAGAIN, EHOSTUNREACH, SENT, Connection
 
@@ -51,25 +37,20 @@ BATCH = 256  # messages handled per wake-up: one checkpoint per batch, and a flo
 
 E = TypeVar("E")
 
-_LEVELS: dict[type[Any], int] = {
-    ProtocolViolation: logging.WARNING,
-    WorkerRegistered: logging.INFO,
-    WorkerExpired: logging.INFO,
-    WorkerDisconnected: logging.INFO,
-    WorkerConnected: logging.INFO,
-    ReconnectRequired: logging.INFO,
-    RequestAbandoned: logging.INFO,
-    RequestRedispatched: logging.INFO,
-    RequestDropped: logging.INFO,
-    RequestExpired: logging.INFO,
-    MessageDropped: logging.DEBUG,
-    RequestCompleted: logging.DEBUG,
-}
+# Per-request and per-message events log at DEBUG, violations at WARNING, the rest at INFO.
+_LEVELS = {"ProtocolViolation": logging.WARNING} | dict.fromkeys(
+    ("RequestQueued", "RequestDispatched", "PartialForwarded", "RequestCompleted"),
+    logging.DEBUG,
+)
+_LEVELS |= dict.fromkeys(
+    ("MessageDropped", "RequestSent", "PartialReceived", "FinalReceived", "RequestReceived"),
+    logging.DEBUG,
+)
 
 
 def log_event(logger: logging.Logger, event: object) -> None:
-    """Log a core event at a level fitting its kind (DEBUG for the per-request ones)."""
-    level = _LEVELS.get(type(event), logging.DEBUG)
+    """Log a core event at a level fitting its kind."""
+    level = _LEVELS.get(type(event).__name__, logging.INFO)
     if logger.isEnabledFor(level):
         logger.log(level, "%r", event)
 
@@ -187,7 +168,7 @@ class SessionPump(Generic[E]):
         finally:
             self._handle(self._farewell(trio.current_time()))
             if self._conn is not None:
-                self._close(self._linger)
+                self._close()
             self.ready.set()
 
     async def _step(self, conn: Connection) -> None:
@@ -204,7 +185,7 @@ class SessionPump(Generic[E]):
         self._handle(self.session.tick(now))
         self._flush(conn)
         if self._reconnect_at is not None:
-            self._close(self._linger)
+            self._close()
 
     def _handle(self, events: list[E]) -> None:
         for event in events:
@@ -223,10 +204,14 @@ class SessionPump(Generic[E]):
         if not self._pending:
             self._drained.set()
 
-    def _close(self, linger: float) -> None:
+    def _close(self) -> None:
         conn, self._conn = self._conn, None
         assert conn is not None
-        self._flush(conn)  # what the session said last (a DISCONNECT) goes out on this socket
+        self._pending.extend(self.session.take_outgoing())
+        last_words = bool(self._pending)  # a DISCONNECT, say, that must still go out
+        self._flush(conn)
         self._pending.clear()
         self._drained.set()
-        conn.close(linger)
+        # Without last words, linger 0: stale messages of a socket given up must not reach a
+        # broker that comes back while the socket lingers (it would register a dead identity).
+        conn.close(self._linger if last_words else 0.0)

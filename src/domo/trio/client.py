@@ -53,11 +53,11 @@ class Reply:
 class _Slot:
     """One session, its pump, and where its replies go while a request is in progress."""
 
-    def __init__(self, client: Client) -> None:
+    def __init__(self, client: Client, transport: Transport) -> None:
         self.session = ClientSession(client.config)
         self.pump: SessionPump[ClientEvent] = SessionPump(
             self.session,
-            lambda: client.transport.connect(client.endpoint),
+            lambda: transport.connect(client.endpoint),
             lambda event: client._route(self, event),
             self.session.close,
             linger=0.0,  # a request left on an abandoned socket must not be delivered
@@ -88,18 +88,21 @@ class Client:
         self.endpoint = endpoint
         self.config = ClientConfig(timeout=timeout, retries=retries)
         self.concurrency = concurrency
-        self.transport = transport if transport is not None else ZmqTransport(context)
+        self._context = context
+        self.transport = transport  # a ZmqTransport is made on entry, so its context is closed
         self._idle_send, self._idle = trio.open_memory_channel[_Slot](concurrency)
         self._stack = AsyncExitStack()
         self._nursery: trio.Nursery | None = None
         self._closed = False
 
     async def __aenter__(self) -> Self:
+        if self.transport is None:
+            self.transport = ZmqTransport(self._context)
         async with AsyncExitStack() as stack:
             stack.push_async_callback(self.transport.aclose)  # after every socket is closed
             self._nursery = await stack.enter_async_context(trio.open_nursery())
             for _ in range(self.concurrency):
-                slot = _Slot(self)
+                slot = _Slot(self, self.transport)
                 self._nursery.start_soon(slot.pump.run)
                 self._idle_send.send_nowait(slot)
             self._stack = stack.pop_all()
