@@ -6,6 +6,7 @@ heartbeat intervals) and checks every reply and the broker's events.
 
 from __future__ import annotations
 
+import gc
 import hashlib
 from collections.abc import AsyncIterator, Mapping
 from functools import partial
@@ -295,3 +296,21 @@ async def test_domo_call_from_synchronous_code() -> None:
                 await trio.to_thread.run_sync(nobody)
             assert failure.value.attempts == 2
             nursery.cancel_scope.cancel()
+
+
+async def test_cancelling_everything_at_any_point_leaks_nothing() -> None:
+    """Broker, worker and client, each with its own context, cancelled together at several
+    points of a request's life: every socket and context is closed (a leak would raise
+    ResourceWarning, an error here) and shutdown takes well under a second."""
+    for deadline in (0.0, 0.002, 0.01, 0.05, 0.15):
+        with trio.fail_after(10):
+            with trio.move_on_after(deadline):
+                async with trio.open_nursery() as nursery:
+                    bound = await nursery.start(serve_broker, "tcp://127.0.0.1:0")
+                    await nursery.start(run_worker, bound[0], "slow", slow)
+                    async with Client(bound[0]) as client:
+                        await client.request("slow", b"0.1")
+                        await trio.sleep_forever()
+            stopping = trio.current_time()
+        assert trio.current_time() - stopping < 1.0
+        gc.collect()

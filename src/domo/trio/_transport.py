@@ -144,5 +144,7 @@ class ZmqTransport:
 
     async def aclose(self) -> None:
         if self._owned and not self.context.closed:
-            # term() blocks while closed sockets linger to deliver their last messages.
-            await trio.to_thread.run_sync(self.context.term)
+            # term() blocks while closed sockets linger to deliver their last messages; shielded,
+            # because this runs when the owner is being cancelled.
+            with trio.CancelScope(shield=True):
+                await trio.to_thread.run_sync(self.context.term)

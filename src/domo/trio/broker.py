@@ -73,5 +73,4 @@ async def serve_broker(
             flush_router(broker, conn, now, emit)
             conn.close(linger)
     finally:
-        with trio.CancelScope(shield=True):
-            await net.aclose()
+        await net.aclose()

@@ -88,8 +88,7 @@ async def run_worker(
                 nursery.start_soon(pump.run)
             task_status.started()
     finally:
-        with trio.CancelScope(shield=True):
-            await net.aclose()
+        await net.aclose()
 
 
 class _Serving:
