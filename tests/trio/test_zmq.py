@@ -28,8 +28,16 @@ from domo.protocol.events import (
     WorkerEvent,
     WorkerRegistered,
 )
-from domo.trio import Client, ClientClosed, Handler, RequestTimeout, run_worker, serve_broker
-from domo.trio._transport import SENT, ZmqConnection
+from domo.trio import (
+    SENT,
+    Client,
+    ClientClosed,
+    Handler,
+    RequestTimeout,
+    ZmqTransport,
+    run_worker,
+    serve_broker,
+)
 
 from .conftest import Recorder
 
@@ -239,10 +247,8 @@ async def test_worker_keeps_receiving_while_its_socket_is_full(zmq_context: Cont
             yielded.append(index)
             yield b"%d" % index
 
-    router = zmq_context.socket(zmq.ROUTER)  # this test plays the broker by hand
-    router.setsockopt(zmq.RCVHWM, 100)
-    router.bind("inproc://by-hand")
-    fake_broker = ZmqConnection(router)
+    # This test plays the broker by hand, on a ROUTER made by the runtime's own transport.
+    fake_broker, _ = ZmqTransport(zmq_context).bind(["inproc://by-hand"], hwm=100)
     config = WorkerConfig(heartbeat_interval=0.1, liveness=3)
 
     def heartbeat(identity: bytes) -> None:

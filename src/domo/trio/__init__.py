@@ -6,7 +6,9 @@
 - ``run_worker(endpoint, service, handler)``: serve a service with an async handler
   (``worker.py``).
 - ``errors``: ``DomoError`` and its subclasses; the handler-error reply convention (MDP-D-23).
-- ``Transport`` / ``ZmqTransport``: the seam that ``domo.trio.testing.FakeNetwork`` replaces.
+- ``Transport`` / ``ZmqTransport``: the seam that ``domo.trio.testing.FakeNetwork`` replaces;
+  its ``Connection`` (``wait``, ``receive``, ``send`` -> ``SENT``/``EAGAIN``/``EHOSTUNREACH``)
+  also serves hand-framed peers.
 
 Every protocol decision is the core's (``domo.protocol``); this layer moves frames between
 sockets and the machines and sleeps until the next socket event or the core's next deadline
@@ -15,7 +17,7 @@ sockets and the machines and sleeps until the next socket event or the core's ne
 
 from __future__ import annotations
 
-from ._transport import Connection, Transport, ZmqTransport
+from ._transport import EAGAIN, EHOSTUNREACH, SENT, Connection, Transport, ZmqTransport
 from .broker import serve_broker
 from .client import Client, Reply, ReplyStream, call
 from .errors import (
@@ -28,6 +30,9 @@ from .errors import (
 from .worker import Body, Handler, run_worker
 
 __all__ = [
+    "EAGAIN",
+    "EHOSTUNREACH",
+    "SENT",
     "Body",
     "Client",
     "ClientClosed",

@@ -139,6 +139,8 @@ class Client:
 
         Use ``async with`` around it to cancel the request if you stop reading early;
         otherwise the request runs to its end in the background before its session is free.
+        Replies wait in memory until read: the session keeps receiving, so its timeout (which
+        restarts with each PARTIAL) is not tripped by a slow reader.
         """
         name = service.encode("ascii") if isinstance(service, str) else service
         return ReplyStream(self, mdp.check_service(name), mdp.check_body(frames))
