@@ -31,7 +31,7 @@ from domo.protocol.events import (
     WorkerExpired,
     WorkerRegistered,
 )
-from domo.trio import Client, RemoteError, RequestTimeout, run_worker, serve_broker
+from domo.trio import Client, DomoError, RemoteError, RequestTimeout, run_worker, serve_broker
 from domo.trio.errors import ERROR_MARKER
 from domo.trio.testing import FakeNetwork, Packet
 
@@ -190,6 +190,8 @@ async def test_client_retries_on_new_sockets_then_times_out(
         async with trio.open_nursery() as nursery:
             await start_broker(nursery, net)
             await start_worker(nursery, net, "echo", echo)
+            with pytest.raises(DomoError, match="async with"):
+                await Client(EP, transport=net).request("echo", b"x")
             async with Client(EP, timeout=1.0, retries=2, transport=net) as client:
                 start = trio.current_time()
                 with pytest.raises(RequestTimeout) as failure:

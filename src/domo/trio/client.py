@@ -35,7 +35,7 @@ from domo.protocol.events import ClientEvent, FinalReceived, PartialReceived, Re
 
 from ._pump import SessionPump, log_event
 from ._transport import Transport, ZmqTransport
-from .errors import ClientClosed, RemoteError, RequestTimeout, parse_error_body
+from .errors import ClientClosed, DomoError, RemoteError, RequestTimeout, parse_error_body
 
 __all__ = ["Client", "Reply", "ReplyStream", "call"]
 
@@ -214,6 +214,8 @@ class ReplyStream:
 
     async def _start(self) -> trio.MemoryReceiveChannel[ClientEvent]:
         client = self._client
+        if client._nursery is None:
+            raise DomoError("a Client is used inside 'async with Client(...) as client:'")
         if client._closed:
             raise ClientClosed("the client is closed")
         slot = await client._idle.receive()
