@@ -10,7 +10,10 @@ A handler gets the request body (a list of frames) and answers in one of two way
   A generator that yields nothing is a handler error.
 
 Each request's handler runs in its own task, so the session keeps heartbeating while it works
-(MDP-H-04). If the handler raises (or returns something that is not a body), the worker logs the
+(MDP-H-04), as long as the handler awaits: run blocking or CPU-bound work with
+``trio.to_thread.run_sync``, or the whole process (and its heartbeats) stalls.
+
+If the handler raises (or returns something that is not a body), the worker logs the
 traceback and answers with an error FINAL that ``domo.trio.Client`` raises as ``RemoteError``;
 the worker stays registered (MDP-D-23). If the session gives the request up (broker lost or
 DISCONNECT, ``RequestAbandoned``) the handler is cancelled. The worker then reconnects on a new
