@@ -1,0 +1,52 @@
+"""domo's Trio runtime: the sans-IO MDP/0.2 core driven over ZeroMQ (pyzmq) with Trio.
+
+- ``serve_broker(*endpoints)``: a broker on one ROUTER (``broker.py``).
+- ``Client``: requests, with timeouts, retries and streaming replies (``client.py``);
+  ``call()`` for synchronous scripts.
+- ``run_worker(endpoint, service, handler)``: serve a service with an async handler
+  (``worker.py``).
+- ``errors``: ``DomoError`` and its subclasses; the handler-error reply convention (MDP-D-23).
+- ``Transport`` / ``ZmqTransport``: the seam that ``domo.trio.testing.FakeNetwork`` replaces;
+  its ``Connection`` (``wait``, ``receive``, ``send`` -> ``SENT``/``EAGAIN``/``EHOSTUNREACH``)
+  also serves hand-framed peers.
+
+Every protocol decision is the core's (``domo.protocol``); this layer moves frames between
+sockets and the machines and sleeps until the next socket event or the core's next deadline
+(``_pump.py``).
+"""
+
+from __future__ import annotations
+
+from ._transport import EAGAIN, EHOSTUNREACH, SENT, Connection, Transport, ZmqTransport
+from .broker import serve_broker
+from .client import Client, Reply, ReplyStream, call
+from .errors import (
+    ClientClosed,
+    DomoError,
+    RemoteError,
+    RequestFailed,
+    RequestTimeout,
+)
+from .worker import Body, Handler, run_worker
+
+__all__ = [
+    "EAGAIN",
+    "EHOSTUNREACH",
+    "SENT",
+    "Body",
+    "Client",
+    "ClientClosed",
+    "Connection",
+    "DomoError",
+    "Handler",
+    "RemoteError",
+    "Reply",
+    "ReplyStream",
+    "RequestFailed",
+    "RequestTimeout",
+    "Transport",
+    "ZmqTransport",
+    "call",
+    "run_worker",
+    "serve_broker",
+]

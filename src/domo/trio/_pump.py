@@ -1,0 +1,217 @@
+"""Pumps: the one task per socket that moves frames between a connection and a sans-IO machine.
+
+A pump sleeps in one place, ``Connection.wait``, bounded by the machine's ``next_deadline()``;
+when it wakes it reads the time with ``trio.current_time()`` (so a ``MockClock`` applies), feeds
+up to ``BATCH`` ready messages to the machine, ticks it and flushes its outbox without blocking.
+Other tasks never touch the socket: they call the machine through ``SessionPump.call``, which
+wakes the pump (``kick``) so that whatever they queued is sent.
+
+``pump_router`` drives the broker's ROUTER: a peer whose pipe is full (EAGAIN) or gone
+(EHOSTUNREACH) is reported to the broker, which decides what that means; the pump never waits for
+a ROUTER to become writable (POLLOUT on a ROUTER means "some pipe has room", not this peer's).
+
+``SessionPump`` drives a ``WorkerSession`` or ``ClientSession`` over a DEALER, one socket at a
+time: on ``ReconnectRequired`` it sends what the session left in its outbox, closes the socket,
+waits until ``reconnect_at`` and opens a new one. A DEALER has one pipe, so there EAGAIN means
+"wait for room": the message is kept and the pump waits for POLLIN|POLLOUT, receiving meanwhile.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections import deque
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, Generic, Protocol, TypeVar
+
+import trio
+
+from domo.protocol import Broker
+from domo.protocol.events import BrokerEvent, ReconnectRequired
+
+from ._transport import EAGAIN, EHOSTUNREACH, SENT, Connection
+
+__all__ = ["BATCH", "SessionPump", "log_event", "pump_router"]
+
+BATCH = 256  # messages handled per wake-up: one checkpoint per batch, and a flood can't hog us
+
+E = TypeVar("E")
+
+# Per-request and per-message events log at DEBUG, violations at WARNING, the rest at INFO.
+_LEVELS = {"ProtocolViolation": logging.WARNING} | dict.fromkeys(
+    ("RequestQueued", "RequestDispatched", "PartialForwarded", "RequestCompleted"),
+    logging.DEBUG,
+)
+_LEVELS |= dict.fromkeys(
+    ("MessageDropped", "RequestSent", "PartialReceived", "FinalReceived", "RequestReceived"),
+    logging.DEBUG,
+)
+
+
+def log_event(logger: logging.Logger, event: object) -> None:
+    """Log a core event at a level fitting its kind."""
+    level = _LEVELS.get(type(event).__name__, logging.INFO)
+    if logger.isEnabledFor(level):
+        logger.log(level, "%r", event)
+
+
+async def pump_router(
+    broker: Broker, conn: Connection, emit: Callable[[Iterable[BrokerEvent]], None]
+) -> None:
+    """Run ``broker`` on a bound ROUTER until cancelled (the caller shuts down and closes)."""
+    receive = broker.receive
+    while True:
+        deadline = broker.next_deadline()
+        with trio.move_on_at(math.inf if deadline is None else deadline):
+            await conn.wait(False)
+        now = trio.current_time()
+        for message in conn.receive(BATCH):
+            emit(receive(message[0], message[1:], now))
+        emit(broker.tick(now))
+        flush_router(broker, conn, now, emit)
+
+
+def flush_router(
+    broker: Broker, conn: Connection, now: float, emit: Callable[[Iterable[BrokerEvent]], None]
+) -> None:
+    """Send the broker's outbox; report each peer that cannot take a message, once per flush."""
+    failed: set[bytes] = set()
+    while outbox := broker.take_outgoing():
+        for peer, frames in outbox:
+            if peer in failed:
+                continue  # the broker was told; the rest of its messages are stale
+            result = conn.send((peer, *frames))
+            if result == SENT:
+                continue
+            failed.add(peer)
+            if result == EAGAIN:
+                emit(broker.peer_congested(peer, now))
+            else:
+                assert result == EHOSTUNREACH
+                emit(broker.peer_unreachable(peer, now))
+
+
+class Session(Protocol[E]):
+    """What ``SessionPump`` needs of a ``WorkerSession`` or ``ClientSession``."""
+
+    def connected(self, now: float) -> list[E]: ...
+    def receive(self, frames: Sequence[bytes], now: float) -> list[E]: ...
+    def tick(self, now: float) -> list[E]: ...
+    def next_deadline(self) -> float | None: ...
+    def take_outgoing(self) -> list[tuple[bytes, ...]]: ...
+
+
+class SessionPump(Generic[E]):
+    """Drives one session over one DEALER at a time; see the module docstring.
+
+    ``on_event`` gets every event; the pump itself acts on ``ReconnectRequired``.
+    ``farewell`` ends the session when the pump is cancelled (``disconnect`` or ``close``); the
+    last socket then gets ``linger`` seconds to deliver what it says.
+    """
+
+    def __init__(
+        self,
+        session: Session[E],
+        open_connection: Callable[[], Connection],
+        on_event: Callable[[E], None],
+        farewell: Callable[[float], list[E]],
+        linger: float,
+    ) -> None:
+        self.session = session
+        self._open = open_connection
+        self._on_event = on_event
+        self._farewell = farewell
+        self._linger = linger
+        self._conn: Connection | None = None
+        self._pending: deque[tuple[bytes, ...]] = deque()  # taken from the outbox, not yet sent
+        self._reconnect_at: float | None = -math.inf  # None: keep this socket
+        self._kicked = False
+        self._wait_scope: trio.CancelScope | None = None
+        self._drained = trio.Event()
+        self.ready = trio.Event()  # set while the session has a socket, and once the pump stops
+
+    def kick(self) -> None:
+        """Wake the pump so it flushes what another task queued in the session."""
+        self._kicked = True
+        if self._wait_scope is not None:
+            self._wait_scope.cancel()
+
+    def call(self, method: Callable[..., list[E]], *args: Any) -> list[E]:
+        """Call a session method with ``now`` appended, handle its events, wake the pump."""
+        events = method(*args, trio.current_time())
+        self._handle(events)
+        self.kick()
+        return events
+
+    async def drained(self) -> None:
+        """Wait until what was queued is handed to the socket, or the socket is gone."""
+        if self._conn is not None and (self._pending or self._kicked):
+            if self._drained.is_set():
+                self._drained = trio.Event()
+            await self._drained.wait()
+        else:
+            await trio.lowlevel.checkpoint()
+
+    async def run(self) -> None:
+        """Own the socket until cancelled; then say farewell and close it."""
+        try:
+            while True:
+                if self._reconnect_at is not None:
+                    await trio.sleep_until(self._reconnect_at)
+                    self._reconnect_at = None
+                    self._conn = self._open()
+                    self.ready.set()
+                    self._handle(self.session.connected(trio.current_time()))
+                    self._kicked = True  # READY (or the resent request) goes out at once
+                assert self._conn is not None
+                await self._step(self._conn)
+        finally:
+            self._handle(self._farewell(trio.current_time()))
+            if self._conn is not None:
+                self._close()
+            self.ready.set()
+
+    async def _step(self, conn: Connection) -> None:
+        if not self._kicked:
+            deadline = self.session.next_deadline()
+            with trio.CancelScope(deadline=math.inf if deadline is None else deadline) as scope:
+                self._wait_scope = scope
+                await conn.wait(bool(self._pending))
+            self._wait_scope = None
+        self._kicked = False
+        now = trio.current_time()
+        for message in conn.receive(BATCH):
+            self._handle(self.session.receive(message, now))
+        self._handle(self.session.tick(now))
+        self._flush(conn)
+        if self._reconnect_at is not None:
+            self._close()
+
+    def _handle(self, events: list[E]) -> None:
+        for event in events:
+            if isinstance(event, ReconnectRequired):
+                self._reconnect_at = event.reconnect_at
+                self.ready = trio.Event()
+                self._pending.clear()  # they belonged to the socket being given up
+            self._on_event(event)
+
+    def _flush(self, conn: Connection) -> None:
+        self._pending.extend(self.session.take_outgoing())
+        while self._pending:
+            if conn.send(self._pending[0]) != SENT:
+                break  # EAGAIN: keep it, wait for POLLOUT (a DEALER has a single pipe)
+            self._pending.popleft()
+        if not self._pending:
+            self._drained.set()
+
+    def _close(self) -> None:
+        conn, self._conn = self._conn, None
+        assert conn is not None
+        self._pending.extend(self.session.take_outgoing())
+        last_words = bool(self._pending)  # a DISCONNECT, say, that must still go out
+        self._flush(conn)
+        self._pending.clear()
+        self._drained.set()
+        # Without last words, linger 0: stale messages of a socket given up must not reach a
+        # broker that comes back while the socket lingers (it would register a dead identity).
+        conn.close(self._linger if last_words else 0.0)

@@ -1,0 +1,150 @@
+"""The two things the Trio runtime needs from a network, and their ZeroMQ implementation.
+
+A ``Connection`` is one socket with one owner task (the pump): it can wait for something to do,
+hand over the messages that are ready, and try to send one message without blocking. A
+``Transport`` makes connections: one ROUTER bound to endpoints (the broker) or one DEALER
+connected to an endpoint (a client or worker session). ``ZmqTransport`` does this over pyzmq;
+``domo.trio.testing.FakeNetwork`` does it in memory, so the same pumps run in virtual time.
+
+ZeroMQ's ``ZMQ_FD`` is edge-triggered and every call on the socket may consume the edge, so the
+only place a pump sleeps is ``ZmqConnection.wait``: it reads ``EVENTS`` and, if nothing is ready,
+waits for the FD with no checkpoint in between. Everything else is non-blocking.
+"""
+
+from __future__ import annotations
+
+import errno
+from collections.abc import Sequence
+from typing import Final, Protocol, cast
+
+import trio
+import zmq
+
+__all__ = ["EAGAIN", "EHOSTUNREACH", "SENT", "Connection", "Transport", "ZmqTransport"]
+
+SENT: Final = 0
+EAGAIN: Final = errno.EAGAIN  # the peer's pipe is full (high-water mark)
+EHOSTUNREACH: Final = errno.EHOSTUNREACH  # a ROUTER has no peer with that identity
+
+
+class Connection(Protocol):
+    """One socket, used by exactly one task."""
+
+    async def wait(self, writable: bool) -> None:
+        """Return when a message may be received (or, if ``writable``, sent). Always checkpoints."""
+
+    def receive(self, limit: int) -> list[list[bytes]]:
+        """Up to ``limit`` messages that are ready now, without blocking."""
+
+    def send(self, frames: Sequence[bytes]) -> int:
+        """Send one message without blocking: ``SENT``, ``EAGAIN`` or ``EHOSTUNREACH``.
+
+        A ROUTER takes the peer identity as the first frame.
+        """
+
+    def close(self, linger: float) -> None:
+        """Close; queued outgoing messages get up to ``linger`` seconds to leave."""
+
+
+class Transport(Protocol):
+    """Makes connections; ``aclose`` once every connection it made is closed."""
+
+    def bind(self, endpoints: Sequence[str], hwm: int) -> tuple[Connection, list[str]]:
+        """A ROUTER bound to every endpoint; also returns the endpoints as actually bound."""
+
+    def connect(self, endpoint: str) -> Connection:
+        """A DEALER connected to ``endpoint``."""
+
+    async def aclose(self) -> None:
+        """Release what the transport holds (a ZeroMQ context it created)."""
+
+
+class ZmqConnection:
+    """A pyzmq socket driven the edge-triggered way (see the module docstring)."""
+
+    def __init__(self, socket: zmq.Socket[bytes]) -> None:
+        self._socket = socket
+        self._fd = cast(int, socket.getsockopt(zmq.FD))
+
+    async def wait(self, writable: bool) -> None:
+        mask = zmq.POLLIN | zmq.POLLOUT if writable else zmq.POLLIN
+        if cast(int, self._socket.getsockopt(zmq.EVENTS)) & mask:
+            await trio.lowlevel.checkpoint()  # a busy socket must not starve other tasks
+            return
+        while True:
+            # Reading EVENTS just now re-armed the edge; nothing may touch the socket until
+            # wait_readable is entered, so no checkpoint in between.
+            await trio.lowlevel.wait_readable(self._fd)
+            if cast(int, self._socket.getsockopt(zmq.EVENTS)) & mask:
+                return
+
+    def receive(self, limit: int) -> list[list[bytes]]:
+        messages: list[list[bytes]] = []
+        recv = self._socket.recv_multipart
+        try:
+            for _ in range(limit):
+                messages.append(recv(zmq.NOBLOCK))
+        except zmq.Again:
+            pass
+        return messages
+
+    def send(self, frames: Sequence[bytes]) -> int:
+        try:
+            # A multipart send is atomic: it fails on the first frame or not at all.
+            self._socket.send_multipart(frames, zmq.NOBLOCK)
+        except zmq.Again:
+            return EAGAIN
+        except zmq.ZMQError as error:
+            if error.errno == zmq.EHOSTUNREACH:
+                return EHOSTUNREACH
+            raise
+        return SENT
+
+    def close(self, linger: float) -> None:
+        if not self._socket.closed:
+            trio.lowlevel.notify_closing(self._fd)  # wake (with an error) anyone waiting on it
+            self._socket.close(linger=int(linger * 1000))
+
+
+class ZmqTransport:
+    """Connections over ZeroMQ; creates (and later terminates) a context unless given one.
+
+    ``inproc://`` endpoints only reach sockets of the same context: give every party the same
+    ``context`` to use them.
+    """
+
+    def __init__(self, context: zmq.Context[zmq.Socket[bytes]] | None = None) -> None:
+        self._owned = context is None
+        self.context: zmq.Context[zmq.Socket[bytes]] = zmq.Context() if context is None else context
+
+    def bind(self, endpoints: Sequence[str], hwm: int) -> tuple[Connection, list[str]]:
+        socket = self.context.socket(zmq.ROUTER)
+        try:
+            # Without ROUTER_MANDATORY a ROUTER silently drops messages at the high-water mark.
+            socket.setsockopt(zmq.ROUTER_MANDATORY, 1)
+            socket.setsockopt(zmq.SNDHWM, hwm)
+            socket.setsockopt(zmq.RCVHWM, hwm)
+            bound = []
+            for endpoint in endpoints:
+                socket.bind(endpoint)
+                bound.append(socket.getsockopt_string(zmq.LAST_ENDPOINT))
+        except BaseException:
+            socket.close(linger=0)
+            raise
+        return ZmqConnection(socket), bound
+
+    def connect(self, endpoint: str) -> Connection:
+        socket = self.context.socket(zmq.DEALER)
+        try:
+            socket.connect(endpoint)
+        except BaseException:
+            socket.close(linger=0)
+            raise
+        return ZmqConnection(socket)
+
+    async def aclose(self) -> None:
+        if self._owned and not self.context.closed:
+            # term() blocks while closed sockets linger to deliver their last messages; shielded,
+            # because this runs when the owner is being cancelled.
+            with trio.CancelScope(shield=True):
+                await trio.to_thread.run_sync(self.context.term)

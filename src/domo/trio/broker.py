@@ -1,0 +1,76 @@
+"""``serve_broker``: the MDP/0.2 broker core on one ZeroMQ ROUTER, as a Trio task.
+
+Run it in a nursery; it binds, reports the endpoints it actually bound, and serves until
+cancelled::
+
+    async with trio.open_nursery() as nursery:
+        endpoints = await nursery.start(serve_broker, "tcp://127.0.0.1:0", "ipc:///tmp/b.ipc")
+        ...
+        nursery.cancel_scope.cancel()
+
+Cancelling it is a graceful stop: the core gives up its requests and sends DISCONNECT to every
+worker (``Broker.shutdown``, MDP-W-14), those are flushed, the socket closes with a short linger
+and the context (if the broker made it) is terminated.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable
+
+import trio
+import zmq
+
+from domo.protocol import Broker, BrokerConfig
+from domo.protocol.events import BrokerEvent
+
+from ._pump import flush_router, log_event, pump_router
+from ._transport import Transport, ZmqTransport
+
+__all__ = ["serve_broker"]
+
+logger = logging.getLogger("domo.broker")
+
+
+async def serve_broker(
+    *endpoints: str,
+    config: BrokerConfig | None = None,
+    context: zmq.Context[zmq.Socket[bytes]] | None = None,
+    transport: Transport | None = None,
+    on_event: Callable[[BrokerEvent], None] | None = None,
+    hwm: int = 10_000,
+    linger: float = 0.5,
+    task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serve MDP/0.2 on ``endpoints`` (any mix of tcp://, ipc://, inproc://) until cancelled.
+
+    ``task_status.started`` receives the endpoints as bound (a ``:0`` or ``*`` port resolved).
+    ``on_event`` sees every event of the core, in order, for logging or metrics; it must not
+    block. ``hwm`` is the ROUTER's send and receive high-water mark, per peer; a peer that does
+    not read is reported to the core when its pipe is full (MDP-D-15). ``context`` (for
+    ``inproc://``) or ``transport`` (for ``domo.trio.testing``) replace the default fresh context.
+    """
+    if not endpoints:
+        raise ValueError("serve_broker needs at least one endpoint")
+    broker = Broker(config)
+    net = transport if transport is not None else ZmqTransport(context)
+
+    def emit(events: Iterable[BrokerEvent]) -> None:
+        for event in events:
+            log_event(logger, event)
+            if on_event is not None:
+                on_event(event)
+
+    try:
+        conn, bound = net.bind(endpoints, hwm)
+        try:
+            logger.info("broker bound to %s", ", ".join(bound))
+            task_status.started(bound)
+            await pump_router(broker, conn, emit)
+        finally:
+            now = max(trio.current_time(), broker.now)
+            emit(broker.shutdown(now))
+            flush_router(broker, conn, now, emit)
+            conn.close(linger)
+    finally:
+        await net.aclose()
