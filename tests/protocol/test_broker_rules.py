@@ -238,7 +238,8 @@ def test_request_expires_even_while_workers_are_busy_and_clock_restarts_on_reque
 
 @pytest.mark.parametrize("limit", [0, 1, 2])
 def test_redispatch_limit(limit: int) -> None:
-    """MDP-D-08: a request is re-dispatched at most max_redispatches times, then dropped."""
+    """MDP-D-08, MDP-S-01, MDP-D-22: a worker that says DISCONNECT while busy has its request
+    resent to another worker, at most max_redispatches times; then the request is dropped."""
     run = Run(max_redispatches=limit)
     body = run.request(b"C1", b"echo", 0.0)
     for attempt in range(1, limit + 2):
@@ -375,9 +376,9 @@ def test_requests_lost_together_requeue_in_acceptance_order() -> None:
 
 
 def test_heartbeat_exact_boundary_and_suppression() -> None:
-    """MDP-D-05, MDP-H-03, MDP-H-04: a HEARTBEAT is due exactly one interval after the last
-    thing sent to the worker, not before; anything else sent restarts the interval; a busy
-    worker keeps getting heartbeats."""
+    """MDP-D-05, MDP-H-03, MDP-H-04: a HEARTBEAT (exactly two frames, MDP-W-05) is due exactly
+    one interval after the last thing sent to the worker, not before; anything else sent
+    restarts the interval; a busy worker keeps getting heartbeats."""
     run = Run()
     run.ready(b"W1", b"echo", 0.0)
     run.broker.tick(before(1.0))
@@ -447,8 +448,8 @@ def test_silence_ends_after_quiet_and_ready_reopens() -> None:
 
 
 def test_no_second_disconnect_to_a_silenced_peer() -> None:
-    """MDP-W-15, MDP-D-06: after DISCONNECT, nothing more goes to that worker, even if it keeps
-    sending unexpected commands."""
+    """MDP-W-15, MDP-D-06: after DISCONNECT (exactly two frames, MDP-W-06), nothing more goes to
+    that worker, even if it keeps sending unexpected commands."""
     run = Run()
     run.heartbeat(b"W1", 0.0)  # HEARTBEAT before READY: unexpected (MDP-H-01)
     assert run.out() == [(b"W1", DISCONNECT)]
@@ -463,6 +464,24 @@ def test_no_second_disconnect_to_a_silenced_peer() -> None:
     for t in (1.0, 2.0, 3.0):
         run.broker.tick(t)
         assert run.out() == []
+
+
+def test_reply_for_another_client_is_refused() -> None:
+    """MDP-D-13: a busy worker's PARTIAL or FINAL naming a client other than its request's is
+    valid but unexpected: DISCONNECT, nothing to either client, the request re-dispatched."""
+    for code in (b"\x03", b"\x04"):
+        run = Run()
+        run.ready(b"W1", b"echo", 0.0)
+        run.ready(b"W2", b"echo", 0.0)
+        body = run.request(b"C1", b"echo", 0.0)
+        run.request(b"C2", b"other", 0.0)  # a real client, waiting for something else
+        assert run.out() == [(b"W1", to_worker(b"C1", body))]
+        _, events = run.reply(b"W1", code, b"C2", 0.5)
+        assert run.out() == [(b"W1", DISCONNECT), (b"W2", to_worker(b"C1", body))]
+        assert [(e.rule, e.action) for e in of(ProtocolViolation, events)] == [
+            ("MDP-D-13", "disconnected")
+        ]
+        assert [e.attempts for e in of(RequestRedispatched, events)] == [1]
 
 
 # --- clients ----------------------------------------------------------------------------------
@@ -512,7 +531,9 @@ def test_client_partial_final_and_malformed_are_dropped() -> None:
 
 def test_bodies_pass_through_as_the_same_objects() -> None:
     """MDP-S-03, MDP-R-03: body frames reach the worker and the client as the very same bytes
-    objects, with the client's address as the REQUEST's address frame."""
+    objects, with the client's address as the REQUEST's address frame. The layouts are exact:
+    REQUEST (MDP-W-02), and PARTIAL / FINAL with the service frame (MDP-C-02, MDP-C-03), for the
+    worker's PARTIAL and FINAL (MDP-W-03, MDP-W-04)."""
     run = Run()
     run.ready(b"W1", b"echo", 0.0)
     body = run.request(b"C1", b"echo", 0.0, n=3)
@@ -590,6 +611,63 @@ def test_unreachable_worker_requeues(feedback: str) -> None:
     assert run.out() == [(b"W2", to_worker(b"C1", body))]
     assert [e.disconnect_sent for e in of(WorkerDisconnected, events)] == [False]
     assert run.broker.worker_state(b"W1") is PeerState.SILENCED
+
+
+def test_client_and_worker_sides_are_independent() -> None:
+    """MDP-A-02: one peer may be a worker and a client at once; each side lives its own life."""
+    run = Run()
+    run.ready(b"X", b"echo", 0.0)
+    assert run.out() == []  # MDP-W-11: no reply to READY
+    body = run.request(b"X", b"echo", 0.1)
+    assert run.out() == [(b"X", to_worker(b"X", body))]
+    reply = run.final(b"X", b"X", 0.2)
+    assert run.out() == [(b"X", to_client(b"\x03", b"echo", reply))]
+    # Its worker side told DISCONNECT and silenced, its client side still waits and is served:
+    # the silence of MDP-D-06 is about worker commands.
+    other = run.request(b"X", b"other", 0.3)
+    run.ready(b"X", b"echo", 0.4)
+    assert run.out() == [(b"X", DISCONNECT)]
+    assert run.broker.worker_state(b"X") is PeerState.SILENCED
+    assert [r.client for r in run.broker.requests()] == [b"X"]
+    run.ready(b"Y", b"other", 0.5)
+    assert run.out() == [(b"Y", to_worker(b"X", other))]
+    reply = run.final(b"Y", b"X", 0.6)
+    assert run.out() == [(b"X", to_client(b"\x03", b"other", reply))]
+
+
+def test_service_names_match_exactly() -> None:
+    """MDP-C-09: a request goes only to workers of exactly its service name, byte for byte."""
+    run = Run()
+    run.ready(b"W1", b"echo", 0.0)
+    for name in (b"Echo", b"echo ", b"ech", b"echo2"):
+        run.request(name, name, 0.1)
+        assert run.out() == []
+        assert run.broker.queued(name) == 1
+    body = run.request(b"C1", b"echo", 0.2)
+    assert run.out() == [(b"W1", to_worker(b"C1", body))]
+
+
+def test_client_address_is_any_routing_id() -> None:
+    """MDP-D-02: a client address is 1 to 255 bytes of any value; an empty or longer address in
+    a worker's reply is malformed (MDP-R-02) and the worker is dropped without DISCONNECT."""
+    for client in (b"\x00", b"\xff\x00\x01", bytes(range(255))):
+        run = Run()
+        run.ready(b"W1", b"echo", 0.0)
+        body = run.request(client, b"echo", 0.0)
+        assert run.out() == [(b"W1", to_worker(client, body))]
+        reply = run.final(b"W1", client, 0.1)
+        assert run.out() == [(client, to_client(b"\x03", b"echo", reply))]
+    for address in (b"", bytes(256)):
+        run = Run()
+        run.ready(b"W1", b"echo", 0.0)
+        run.request(b"C1", b"echo", 0.0)
+        run.out()
+        events = run.send(b"W1", (W, b"\x04", address, b"", b"late"), 0.1)
+        assert [(e.rule, e.action) for e in of(ProtocolViolation, events)] == [
+            ("MDP-R-02", "dropped")
+        ]
+        assert run.out() == []
+        assert run.broker.worker_state(b"W1") is PeerState.SILENCED
 
 
 # --- dispatch order ---------------------------------------------------------------------------

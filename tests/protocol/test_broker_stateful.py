@@ -504,5 +504,10 @@ def test_meaning_rules_are_spec_rules() -> None:
         assert f"| {rule_id} |" in spec
 
 
-BrokerMachine.TestCase.settings = settings(deadline=None, stateful_step_count=100)
+# Runs of 100 steps at least (enough for workers to expire and requests to be re-dispatched);
+# the number of runs, and longer runs, come from the profile (ci, dev, long).
+_PROFILE_STEPS = settings().stateful_step_count  # the loaded profile's
+BrokerMachine.TestCase.settings = settings(
+    deadline=None, stateful_step_count=max(100, _PROFILE_STEPS)
+)
 TestBrokerMachine = BrokerMachine.TestCase

@@ -176,7 +176,8 @@ def _invalid(scene: Scene) -> None:
 
 
 def _stranger_invalid(scene: Scene) -> None:
-    """P never registered and sent a malformed worker message (MDP-W-16)."""
+    """P never registered and sent a malformed worker message: READY without its service
+    frame (MDP-W-01, MDP-W-16)."""
     scene.send(P, (W, b"\x01"), 0.0)
 
 
@@ -212,6 +213,12 @@ DISCONNECT_REASON = {
 }
 
 
+def _case_id(case: object) -> str:
+    if isinstance(case, WorkerInput):
+        return case.name
+    return getattr(case, "__name__", str(case))
+
+
 def test_table_is_total() -> None:
     """Every (state, input) pair has exactly one cell: the broker never meets an unplanned case."""
     pairs = set(itertools.product(PeerState, WorkerInput))
@@ -243,6 +250,80 @@ def test_table_keeps_the_spec_promises() -> None:
         if input_ in (WorkerInput.EXPIRED, *FEEDBACK_INPUTS):
             assert not sends, (state, input_)
         assert cell.rule.startswith("MDP-"), (state, input_)
+
+
+SpecCell = tuple[PeerState, bool, str | None, bool]  # next state, DISCONNECT, violation, HEARTBEAT
+
+
+def spec_cell(state: PeerState, input_: WorkerInput) -> SpecCell:
+    """What specs/mdp-0.2.md says a cell must do, read independently of the table.
+
+    Returns the state after the input (before any dispatch), whether DISCONNECT is sent, the
+    rule of the ``ProtocolViolation`` if the input is one, and whether a HEARTBEAT is sent.
+    """
+    S, In = PeerState, WorkerInput
+    registered = state in (S.IDLE, S.BUSY)
+    if input_ in (In.EXPIRED, In.HEARTBEAT_DUE, In.SILENCE_OVER):
+        if registered and input_ is In.EXPIRED:
+            return (S.SILENCED, False, None, False)  # MDP-H-05, MDP-D-07: nothing sent
+        if registered and input_ is In.HEARTBEAT_DUE:
+            return (state, False, None, True)  # MDP-H-04
+        if state is S.SILENCED and input_ is In.SILENCE_OVER:
+            return (S.UNKNOWN, False, None, False)  # MDP-D-06
+        return (state, False, None, False)  # MDP-D-03: no such timer in this state
+    if input_ in (In.UNREACHABLE, In.CONGESTED):
+        return (S.SILENCED if registered else state, False, None, False)  # MDP-D-15
+    if state is S.SILENCED:
+        if input_ is In.READY:
+            return (S.IDLE, False, None, False)  # MDP-D-06: READY opens a new conversation
+        if input_ is In.READY_RESERVED:
+            return (S.SILENCED, True, "MDP-D-14", False)
+        return (S.SILENCED, False, None, False)  # MDP-D-06: dropped, no second DISCONNECT
+    if state is S.UNKNOWN:
+        return {
+            In.READY: (S.IDLE, False, None, False),  # MDP-W-09
+            In.READY_RESERVED: (S.SILENCED, True, "MDP-D-14", False),
+            In.HEARTBEAT: (S.SILENCED, True, "MDP-H-01", False),
+            In.DISCONNECT: (S.SILENCED, False, None, False),  # MDP-W-12
+            In.INVALID: (S.SILENCED, False, "MDP-W-16", False),
+        }.get(input_, (S.SILENCED, True, "MDP-W-15", False))
+    if input_ in (In.READY, In.READY_RESERVED):
+        return (S.SILENCED, True, "MDP-W-10", False)
+    if input_ is In.HEARTBEAT:
+        return (state, False, None, False)  # MDP-H-02
+    if input_ is In.DISCONNECT:
+        return (S.SILENCED, False, None, False)  # MDP-W-13
+    if input_ is In.INVALID:
+        return (S.SILENCED, False, "MDP-W-16", False)
+    if input_ is In.REQUEST or state is S.IDLE:
+        return (S.SILENCED, True, "MDP-W-15", False)
+    if input_ is In.FOREIGN_REPLY:
+        return (S.SILENCED, True, "MDP-D-13", False)
+    return (S.BUSY if input_ is In.PARTIAL else S.IDLE, False, None, False)  # MDP-R-01
+
+
+@pytest.mark.parametrize(
+    ("state", "input_"), list(itertools.product(PeerState, WorkerInput)), ids=_case_id
+)
+def test_table_matches_the_spec(state: PeerState, input_: WorkerInput) -> None:
+    """Each cell's content agrees with an independent reading of the spec: the other tests
+    here check the broker follows the table, this one that the table is right."""
+    cell = WORKER_TRANSITIONS[state, input_]
+    next_state, disconnect, violation, heartbeat = spec_cell(state, input_)
+    assert cell.next_state is next_state
+    assert (Action.SEND_DISCONNECT in cell.actions) is disconnect
+    assert (Action.SEND_HEARTBEAT in cell.actions) is heartbeat
+    assert cell.violation is (violation is not None)
+    if violation is not None:
+        assert cell.rule == violation
+    refreshes = next_state in (PeerState.IDLE, PeerState.BUSY) and input_ in (
+        WorkerInput.HEARTBEAT,
+        WorkerInput.PARTIAL,
+        WorkerInput.FINAL,
+    )
+    assert (Action.REFRESH in cell.actions) is (refreshes and state is not PeerState.SILENCED)
+    loses_worker = state in (PeerState.IDLE, PeerState.BUSY) and next_state is PeerState.SILENCED
+    assert (Action.UNREGISTER in cell.actions) is loses_worker
 
 
 # --- what a cell implies ----------------------------------------------------------------------
@@ -373,12 +454,6 @@ def all_scenes() -> list[tuple[Callable[[], Scene], WorkerInput]]:
         for input_ in WorkerInput
         if (state, input_) in WORKER_TRANSITIONS
     ]
-
-
-def _case_id(case: object) -> str:
-    if isinstance(case, WorkerInput):
-        return case.name
-    return getattr(case, "__name__", str(case))
 
 
 # --- message and feedback inputs --------------------------------------------------------------
