@@ -1,11 +1,11 @@
 """An independent model of the MDP/0.2 broker, written from ``specs/mdp-0.2.md``.
 
 The stateful test (``test_broker_stateful.py``) feeds the same inputs to this model and to the real
-``Broker`` and compares every message and every event. The model shares no code with the broker:
-it keeps its state in plain dicts and lists, recomputes every deadline from scratch at every call
-(no heap, no lazy timers), validates frames with its own few lines, and decides each transition
-with explicit ``if`` statements rather than by reading ``WORKER_TRANSITIONS``. Where the two
-disagree, one of them is wrong about the spec.
+``Broker`` and compares every message and every event. The model shares no code with the broker
+(it imports the event classes only to read them): it keeps its state in plain dicts and lists,
+recomputes every deadline from scratch at every call (no heap, no lazy timers), validates frames
+with its own few lines, and decides each transition with explicit ``if`` statements rather than
+by reading ``WORKER_TRANSITIONS``. Where the two disagree, one of them is wrong about the spec.
 
 What the model predicts for one call:
 
