@@ -357,6 +357,8 @@ class Broker:
         self._outbox: list[tuple[bytes, Frames]] = []
         self._now = float("-inf")
         self._last_request_id = 0
+        # Requests whose worker expired while timers fire; re-queued once every timer has fired.
+        self._lost_in_advance: list[tuple[RequestRecord, bytes]] | None = None
 
     # -- the sans-IO contract ------------------------------------------------------------------
 
@@ -497,14 +499,48 @@ class Broker:
         self._now = now
         events: list[BrokerEvent] = []
         timers = self._timers
-        for deadline, (kind, record) in timers.pop_due(now):
-            if kind == _WORKER_TIMER:
-                self._worker_timer(record, deadline, now, events)
-            elif kind == _SILENCE_TIMER:
-                self._silence_timer(record, deadline, now, events)
-            else:
-                self._queue_timer(record, deadline, now, events)
+        lost: list[tuple[RequestRecord, bytes]] = []
+        self._lost_in_advance = lost
+        try:
+            for deadline, (kind, record) in timers.pop_due(now):
+                if kind == _WORKER_TIMER:
+                    self._worker_timer(record, deadline, now, events)
+                elif kind == _SILENCE_TIMER:
+                    self._silence_timer(record, deadline, now, events)
+                else:
+                    self._queue_timer(record, deadline, now, events)
+        finally:
+            self._lost_in_advance = None
+        if lost:
+            self._requeue_lost(lost, now, events)
         return events
+
+    def _requeue_lost(
+        self, lost: list[tuple[RequestRecord, bytes]], now: float, events: list[BrokerEvent]
+    ) -> None:
+        """Re-dispatch the requests of workers that expired in one advance (MDP-D-08).
+
+        Only now is every worker that is dead at ``now`` unregistered, so none of them can be
+        handed a request (MDP-H-07). Requests lost together go back to the front in the order
+        they were accepted (MDP-A-03), whatever the order their workers' timers fired in.
+        """
+        lost.sort(key=lambda pair: pair[0].request_id)
+        records: dict[bytes, ServiceRecord] = {}
+        for request, _ in reversed(lost):
+            records[request.service] = self._queue(request, now, front=True)
+        for request, lost_worker in lost:
+            events.append(
+                RequestRedispatched(
+                    request.request_id,
+                    request.client,
+                    request.service,
+                    lost_worker,
+                    request.attempts,
+                    now,
+                )
+            )
+        for record in records.values():
+            self._dispatch(record, now, events)
 
     def _worker_timer(
         self, worker: WorkerRecord, deadline: float, now: float, events: list[BrokerEvent]
@@ -669,6 +705,8 @@ class Broker:
             self._end_request(request, "lost-after-partial", worker.peer, now, events)
         elif request.attempts > self.config.max_redispatches:
             self._end_request(request, "redispatch-limit", worker.peer, now, events)
+        elif self._lost_in_advance is not None:
+            self._lost_in_advance.append((request, worker.peer))  # see _requeue_lost
         else:
             events.append(
                 RequestRedispatched(
