@@ -27,6 +27,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 MUTANTS_DIR = Path(__file__).resolve().parent
 PYTEST_TARGET = "tests/protocol"
+# A mutant can make the core loop forever (a timer re-armed in the past); that is caught too,
+# but it must not hang CI.
+TIMEOUT_SECONDS = 600
 
 
 @dataclass(frozen=True)
@@ -99,27 +102,11 @@ def run_one(mutant: Mutant) -> Outcome:
         )
         if not probe.stdout.strip().startswith(str(src)):
             return Outcome(mutant, False, f"imports {probe.stdout.strip()!r}, not the copy", 0.0)
-        result = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "pytest",
-                "-x",
-                "-q",
-                "-p",
-                "no:cacheprovider",
-                "--no-header",
-                # The spec-vs-code table check would "kill" any mutant of a table without a
-                # behaviour test noticing; only behaviour counts here.
-                "--ignore=tests/protocol/test_spec.py",
-                PYTEST_TARGET,
-            ],
-            cwd=ROOT,
-            env=env,
-            capture_output=True,
-            text=True,
-            check=False,
-        )
+        try:
+            result = run_suite(env)
+        except subprocess.TimeoutExpired:
+            seconds = time.monotonic() - started
+            return Outcome(mutant, True, f"the suite hung (> {TIMEOUT_SECONDS}s)", seconds)
     seconds = time.monotonic() - started
     lines = [line for line in result.stdout.splitlines() if line.strip()]
     summary = lines[-1] if lines else result.stderr.strip()[-200:]
@@ -127,6 +114,32 @@ def run_one(mutant: Mutant) -> Outcome:
         failed = [line for line in lines if line.startswith(("FAILED", "ERROR"))]
         return Outcome(mutant, True, failed[0] if failed else summary, seconds)
     return Outcome(mutant, False, f"pytest exit {result.returncode}: {summary}", seconds)
+
+
+def run_suite(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """Run the core's tests with ``env`` (whose PYTHONPATH points at a mutated copy)."""
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-x",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "--no-header",
+            # The spec-vs-code table check would "kill" any mutant of a table without a
+            # behaviour test noticing; only behaviour counts here.
+            "--ignore=tests/protocol/test_spec.py",
+            PYTEST_TARGET,
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=TIMEOUT_SECONDS,
+    )
 
 
 def main() -> int:

@@ -357,6 +357,7 @@ class Broker:
         self._outbox: list[tuple[bytes, Frames]] = []
         self._now = float("-inf")
         self._last_request_id = 0
+        self._unarmed: list[RequestRecord] = []  # queued by this call, expiry timer not armed
         # Requests whose worker expired while timers fire; re-queued once every timer has fired.
         self._lost_in_advance: list[tuple[RequestRecord, bytes]] | None = None
 
@@ -499,6 +500,8 @@ class Broker:
         self._now = now
         events: list[BrokerEvent] = []
         timers = self._timers
+        if not timers.due(now):
+            return events  # the common case, on every message: nothing to fire
         lost: list[tuple[RequestRecord, bytes]] = []
         self._lost_in_advance = lost
         try:
@@ -838,9 +841,10 @@ class Broker:
     # -- requests ------------------------------------------------------------------------------
 
     def _queue(self, request: RequestRecord, now: float, *, front: bool) -> ServiceRecord:
+        """Put a request in its queue; ``_dispatch`` must follow (it arms the expiry timer)."""
         request.queued_at = now
         request.expires_at = now + self.config.request_expiry
-        self._timers.push(request.expires_at, (_QUEUE_TIMER, request))
+        self._unarmed.append(request)
         return self._dispatcher.enqueue(request, front=front)
 
     def _end_request(
@@ -874,3 +878,10 @@ class Broker:
                     now,
                 )
             )
+        # Most requests are dispatched in the call that queued them: an expiry timer for those
+        # would only keep them (and their bodies) alive in the heap for request_expiry seconds.
+        if self._unarmed:
+            for request in self._unarmed:
+                if request.state is RequestState.QUEUED:
+                    self._timers.push(request.expires_at, (_QUEUE_TIMER, request))
+            self._unarmed.clear()

@@ -44,6 +44,11 @@ class DeadlineHeap(Generic[T]):
         """The earliest deadline in the heap (possibly of a stale entry), or None if empty."""
         return self._heap[0][0] if self._heap else None
 
+    def due(self, now: float) -> bool:
+        """True if some entry has ``deadline <= now``."""
+        heap = self._heap
+        return bool(heap) and heap[0][0] <= now
+
     def pop_due(self, now: float) -> Iterator[tuple[float, T]]:
         """Pop and yield every entry with ``deadline <= now``, earliest first.
 
