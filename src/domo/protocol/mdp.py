@@ -317,7 +317,7 @@ def validate_worker(frames: Sequence[bytes]) -> bytes:
             raise MalformedMessage(
                 f"worker {_WORKER_NAMES[code]} client address must be 1-255 bytes, "
                 f"got {len(frames[2])}",
-                "MDP-R-02",
+                "MDP-D-02",
             )
         if frames[3]:
             raise MalformedMessage(
