@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import pytest
 from hypothesis import example, given
@@ -34,11 +33,16 @@ from domo.protocol.mdp import (
 )
 
 from .mdp_strategies import (
+    BAD_ADDRESSES,
+    BAD_HEADERS,
+    BAD_SERVICES,
+    NearMiss,
     addresses,
     bodies,
     client_commands,
     commands,
     fresh,
+    near_misses,
     services,
     spec_rule_ids,
     worker_commands,
@@ -253,88 +257,6 @@ def test_parse_raises_only_malformed_message(frames: object) -> None:
 
 
 # --- near misses: one defect each, the rule it breaks -----------------------------------------
-
-
-@dataclass(frozen=True)
-class NearMiss:
-    """A valid message with exactly one thing wrong, and the rule that makes it malformed."""
-
-    what: str
-    frames: tuple[bytes, ...]
-    rule: str
-
-
-BAD_HEADERS = [b"MDPC01", b"MDPW01", b"mdpc02", b"MDPC2", b"MDPW02 ", b"", b"\x00MDPC02"]
-BAD_CLIENT_CODES = [b"", b"\x00", b"\x04", b"\x05", b"\x01\x00", b"1", b"\x81"]
-BAD_WORKER_CODES = [b"", b"\x00", b"\x07", b"\xff", b"\x02\x00", b"5"]
-BAD_SERVICES = [b"", b"a" * 256, b"\x00", b"echo\n", b"\x7f", b"caf\xc3\xa9", b"\x1f", b"\x80"]
-BAD_ADDRESSES = [b"", b"\x00" * 256]
-
-_CLIENT_RULE = {b"\x01": "MDP-C-01", b"\x02": "MDP-C-02", b"\x03": "MDP-C-03"}
-_WORKER_RULE = {
-    b"\x01": "MDP-W-01",
-    b"\x02": "MDP-W-02",
-    b"\x03": "MDP-W-03",
-    b"\x04": "MDP-W-04",
-    b"\x05": "MDP-W-05",
-    b"\x06": "MDP-W-06",
-}
-
-
-def near_misses(command: Command) -> list[NearMiss]:
-    """Every one-defect mutation of ``command``'s frames that domo must reject, with its rule."""
-    frames = mdp.encode(command)
-    header, code = frames[0], frames[1]
-    is_client = header == mdp.CLIENT_HEADER
-    own_rule = (_CLIENT_RULE if is_client else _WORKER_RULE)[code]
-    misses = [NearMiss(f"header {bad!r}", (bad, *frames[1:]), "MDP-W-08") for bad in BAD_HEADERS]
-    # An unknown command code: MDP/Client has no rule of its own for it but its REQUEST's.
-    unknown_code_rule = "MDP-C-01" if is_client else "MDP-W-08"
-    for bad in BAD_CLIENT_CODES if is_client else BAD_WORKER_CODES:
-        misses.append(NearMiss(f"code {bad!r}", (header, bad, *frames[2:]), unknown_code_rule))
-    # Too few frames: every prefix shorter than the smallest valid message of this command.
-    smallest = {
-        ClientRequest: 4,
-        ClientPartial: 4,
-        ClientFinal: 4,
-        WorkerReady: 3,
-        WorkerRequest: 5,
-        WorkerPartial: 5,
-        WorkerFinal: 5,
-        WorkerHeartbeat: 2,
-        WorkerDisconnect: 2,
-    }[type(command)]
-    for length in range(1, smallest):
-        rule = unknown_code_rule if length == 1 else own_rule  # header alone: no code to go by
-        misses.append(NearMiss(f"{length} frames", frames[:length], rule))
-    # One frame too many, for the commands of a fixed size.
-    if isinstance(command, WorkerReady | WorkerHeartbeat | WorkerDisconnect):
-        for extra in (b"", b"extra"):
-            misses.append(NearMiss(f"extra frame {extra!r}", (*frames, extra), own_rule))
-    # Service names (MDP-D-01).
-    if isinstance(command, ClientRequest | ClientPartial | ClientFinal | WorkerReady):
-        for bad in BAD_SERVICES:
-            misses.append(
-                NearMiss(f"service {bad[:8]!r}", (header, code, bad, *frames[3:]), "MDP-D-01")
-            )
-    # Client address and delimiter (MDP-D-02, MDP-R-02).
-    if isinstance(command, WorkerRequest | WorkerPartial | WorkerFinal):
-        for bad in BAD_ADDRESSES:
-            misses.append(
-                NearMiss(f"address of {len(bad)}", (header, code, bad, *frames[3:]), "MDP-D-02")
-            )
-        for bad in (b"x", b"\x00", b" "):
-            misses.append(
-                NearMiss(
-                    f"delimiter {bad!r}", (header, code, frames[2], bad, *frames[4:]), "MDP-R-02"
-                )
-            )
-        without_delimiter = (header, code, frames[2], *frames[4:])
-        if len(without_delimiter) < 5:
-            misses.append(NearMiss("no delimiter", without_delimiter, own_rule))
-        elif without_delimiter[3]:
-            misses.append(NearMiss("no delimiter", without_delimiter, "MDP-R-02"))
-    return misses
 
 
 SAMPLE_COMMANDS = [command for command, _ in WIRE_LAYOUTS]

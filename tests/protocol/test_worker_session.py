@@ -96,14 +96,23 @@ def observe(session: WorkerSession) -> tuple[object, ...]:
 
 
 def follow_up(session: WorkerSession) -> tuple[object, ...]:
-    """Drive a session a little further and observe it: tells apart hidden state too."""
-    deadline = session.next_deadline()
-    later = session.now + 0.125 if deadline is None or math.isinf(deadline) else deadline
-    events = session.tick(later)
-    heard = session.receive(HEARTBEAT, later) if session.state is not S.DISCONNECTED else []
-    deadline = session.next_deadline()
-    final_tick = session.tick(deadline) if deadline is not None and deadline > later else []
-    return (normalized(events), normalized(heard), normalized(final_tick), observe(session))
+    """Drive a session through its next deadlines (heartbeats, broker loss, reconnection with
+    its backoff) and observe it at each: tells apart hidden state too."""
+    seen: list[object] = []
+    for _ in range(2 * CONFIG.liveness + 2):
+        deadline = session.next_deadline()
+        if deadline is None or math.isinf(deadline):
+            later = session.now + 0.125 if not math.isinf(session.now) else T0
+        else:
+            later = max(deadline, session.now)
+        if session.state is S.DISCONNECTED:
+            seen.append(normalized(session.connected(later)))
+        else:
+            seen.append(normalized(session.tick(later)))
+        seen.append(observe(session))
+    seen.append(normalized(session.receive(HEARTBEAT, session.now)))
+    seen.append(observe(session))
+    return tuple(seen)
 
 
 def assert_refused(
