@@ -220,7 +220,11 @@ class ClientSession(SessionBase[ClientState, ClientSessionInput, ClientAction]):
         return events
 
     def cancel(self, now: float) -> list[ClientEvent]:
-        """Give up the outstanding request; the socket must then be replaced."""
+        """Give up the outstanding request; the socket must then be replaced.
+
+        If the request's last timeout is due at ``now``, it has already failed: the events say
+        so (``RequestFailed``) and there is nothing left to cancel.
+        """
         return self._local(ClientSessionInput.CANCEL, now)
 
     def close(self, now: float) -> list[ClientEvent]:
@@ -274,7 +278,9 @@ class ClientSession(SessionBase[ClientState, ClientSessionInput, ClientAction]):
         self._cell(input_)  # refuse misuse before anything changes
         events: list[ClientEvent] = []
         self._advance(now, events)
-        self._apply(self._cell(input_), input_, now, events)
+        cell = self._table[self._state, input_]
+        if cell.error is None:  # else a timeout due at ``now`` already ended the request
+            self._apply(cell, input_, now, events)
         return events
 
     def _advance(self, now: float, events: list[ClientEvent]) -> None:

@@ -212,6 +212,8 @@ def _check_frames(frames: object) -> Sequence[bytes]:
         raise MalformedMessage(
             f"a message is a sequence of frames, got {type(frames).__name__}", "MDP-W-08"
         )
+    if not isinstance(frames, list | tuple):
+        frames = tuple(frames)  # some sequences (a deque) cannot be sliced; parsing slices
     for index, frame in enumerate(frames):
         if not isinstance(frame, bytes):
             raise MalformedMessage(f"frame {index} is {_describe(frame)}", "MDP-W-08")
@@ -315,7 +317,7 @@ def validate_worker(frames: Sequence[bytes]) -> bytes:
             raise MalformedMessage(
                 f"worker {_WORKER_NAMES[code]} client address must be 1-255 bytes, "
                 f"got {len(frames[2])}",
-                "MDP-R-02",
+                "MDP-D-02",
             )
         if frames[3]:
             raise MalformedMessage(

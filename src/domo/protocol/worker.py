@@ -200,7 +200,10 @@ class WorkerSession(SessionBase[WorkerState, WorkerSessionInput, WorkerAction]):
         self._last_heard = 0.0  # from the broker, on this socket
         self._last_sent = 0.0  # to the broker, on this socket
         self._reconnect_at = float("-inf")
-        self._failures = 0  # connections in a row that ended before the broker answered
+        # The wait before the next reconnection: doubles after each connection that ended
+        # before the broker answered, up to reconnect_max (MDP-D-18). Kept as the delay itself,
+        # not as a count of failures: 2.0**count overflows after 1024 failed connections.
+        self._backoff = self.config.reconnect_initial
         self._client: bytes | None = None
         self._requests = 0  # requests received over the session's life
 
@@ -348,7 +351,7 @@ class WorkerSession(SessionBase[WorkerState, WorkerSessionInput, WorkerAction]):
         for step in cell.actions:
             if step is WorkerAction.REFRESH:
                 self._last_heard = now
-                self._failures = 0
+                self._backoff = self.config.reconnect_initial
             elif step is WorkerAction.SEND_HEARTBEAT:
                 self._send(mdp.HEARTBEAT_FRAMES, now)
             elif step is WorkerAction.DELIVER_REQUEST:
@@ -378,11 +381,8 @@ class WorkerSession(SessionBase[WorkerState, WorkerSessionInput, WorkerAction]):
                 self._client = None
             elif step is WorkerAction.RECONNECT:
                 self._outbox.clear()  # MDP-W-17: nothing more on this socket after DISCONNECT
-                delay = min(
-                    self.config.reconnect_initial * 2.0**self._failures, self.config.reconnect_max
-                )
-                self._failures += 1
-                self._reconnect_at = now + delay
+                self._reconnect_at = now + self._backoff
+                self._backoff = min(2.0 * self._backoff, self.config.reconnect_max)
                 reason = _RECONNECT_REASONS[input_]
                 events.append(ReconnectRequired(reason, self._reconnect_at, now))
             elif step is WorkerAction.DROP and not cell.violation:
