@@ -649,7 +649,7 @@ def test_service_names_match_exactly() -> None:
 
 def test_client_address_is_any_routing_id() -> None:
     """MDP-D-02: a client address is 1 to 255 bytes of any value; an empty or longer address in
-    a worker's reply is malformed (MDP-R-02) and the worker is dropped without DISCONNECT."""
+    a worker's reply is malformed (MDP-D-02) and the worker is dropped without DISCONNECT."""
     for client in (b"\x00", b"\xff\x00\x01", bytes(range(255))):
         run = Run()
         run.ready(b"W1", b"echo", 0.0)
@@ -664,7 +664,7 @@ def test_client_address_is_any_routing_id() -> None:
         run.out()
         events = run.send(b"W1", (W, b"\x04", address, b"", b"late"), 0.1)
         assert [(e.rule, e.action) for e in of(ProtocolViolation, events)] == [
-            ("MDP-R-02", "dropped")
+            ("MDP-D-02", "dropped")
         ]
         assert run.out() == []
         assert run.broker.worker_state(b"W1") is PeerState.SILENCED
