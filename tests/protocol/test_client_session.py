@@ -380,7 +380,7 @@ def expected(
             (S.WAITING, In.CANCEL): Outcome(
                 S.DISCONNECTED, [], [cancelled, ReconnectRequired("request-failed", now, now)]
             ),
-            (S.WAITING, In.CLOSE): Outcome(S.CLOSED, prior, [cancelled]),
+            (S.WAITING, In.CLOSE): Outcome(S.CLOSED, [], [cancelled]),
             (S.CLOSED, In.CONNECT): REFUSED,
             (S.CLOSED, In.REQUEST): REFUSED,
             (S.CLOSED, In.CANCEL): REFUSED,

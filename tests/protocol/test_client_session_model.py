@@ -214,6 +214,7 @@ class ClientModel:
         self.advance(now, events)
         if self.state in (S.WAITING, S.RECONNECTING):
             events.append(RequestFailed(self.service, self.attempt, "cancelled", now))
+            self.outbox.clear()  # a REQUEST not yet sent must not go out (nobody would read it)
         self.state = S.CLOSED
         return events
 

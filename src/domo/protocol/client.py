@@ -101,6 +101,7 @@ class ClientAction(Enum):
     DELIVER_FINAL = "emit FinalReceived"
     FAIL = "emit RequestFailed, forget the request"
     DROP_SOCKET = "discard the outbox, ask for a new socket"
+    DISCARD = "discard the outbox"
     DROP = "drop the message"
 
 
@@ -142,7 +143,8 @@ def _build_table() -> dict[tuple[ClientState, ClientSessionInput], Cell[ClientSt
     table[S.WAITING, In.TIMEOUT_RETRY] = C(S.RECONNECTING, (A.DROP_SOCKET,), "MDP-C-08")
     table[S.WAITING, In.TIMEOUT_FAIL] = C(S.DISCONNECTED, (A.FAIL, A.DROP_SOCKET), "MDP-D-19")
     table[S.WAITING, In.CANCEL] = C(S.DISCONNECTED, (A.FAIL, A.DROP_SOCKET), "MDP-C-08")
-    table[S.WAITING, In.CLOSE] = C(S.CLOSED, (A.FAIL,), "MDP-C-08")
+    # A REQUEST not yet sent must not go out: nobody would read its reply.
+    table[S.WAITING, In.CLOSE] = C(S.CLOSED, (A.FAIL, A.DISCARD), "MDP-C-08")
 
     closed = "the session is closed"
     for input_ in (In.CONNECT, In.REQUEST, In.CANCEL):
@@ -325,6 +327,8 @@ class ClientSession(SessionBase[ClientState, ClientSessionInput, ClientAction]):
                 retrying = input_ is ClientSessionInput.TIMEOUT_RETRY
                 why: ReconnectReason = "timeout" if retrying else "request-failed"
                 events.append(ReconnectRequired(why, now, now))
+            elif step is ClientAction.DISCARD:
+                self._outbox.clear()
             elif step is ClientAction.DROP and not cell.violation:
                 events.append(MessageDropped(None, f"{input_.value} with no connection", now))
         self._move(cell)
