@@ -91,7 +91,7 @@ def run_one(mutant: Mutant) -> Outcome:
         except ValueError as error:
             return Outcome(mutant, False, f"stale mutant: {error}", time.monotonic() - started)
         env = dict(os.environ, PYTHONPATH=str(src), CI="true", PYTHONDONTWRITEBYTECODE="1")
-        env.pop("HYPOTHESIS_PROFILE", None)
+        env["HYPOTHESIS_PROFILE"] = "mutants"  # the ci profile without shrinking
         # Prove the copy is what the tests import before trusting the result.
         probe = subprocess.run(
             [sys.executable, "-c", "import domo; print(domo.__file__)"],
