@@ -262,7 +262,8 @@ def _add_call(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
         "FINAL. Each BODY argument is one frame; '-' is stdin, read whole, as one frame; no "
         "BODY sends one empty frame. Each reply frame is printed on its own line: as text if "
         "it is UTF-8 without control characters (a trailing newline is not doubled), else as a "
-        "Python bytes literal; --raw writes the bytes as they are instead. "
+        "Python bytes literal; --raw writes the bytes as they are instead. Options go before "
+        "SERVICE or after the last BODY; '--' ends the options, for a BODY starting with '-'. "
         "`domo call mmi.service NAME` asks the broker whether NAME has a worker (200 or 404).",
         _call,
         "warning",
