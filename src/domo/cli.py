@@ -24,6 +24,7 @@ import signal
 import statistics
 import subprocess
 import sys
+import textwrap
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -67,7 +68,7 @@ EXIT_USAGE: Final = 2  # bad command line (argparse's own code)
 EXIT_TIMEOUT: Final = 3  # call: no FINAL in time after every retry
 EXIT_REMOTE_ERROR: Final = 4  # call: the worker's handler failed (MDP-D-23 error reply)
 EXIT_ENDPOINT: Final = 5  # an endpoint could not be bound or connected
-EXIT_INTERRUPTED: Final = 130  # call: interrupted by SIGINT (128 + 2, the shell's convention)
+EXIT_INTERRUPTED: Final = 130  # call: stopped by SIGINT (128 + 2, the shell's convention)
 
 DEFAULT_ENDPOINT: Final = "tcp://127.0.0.1:5555"
 EXIT_CODES_HELP: Final = f"""\
@@ -79,7 +80,7 @@ exit codes:
        or the worker is too slow)
   {EXIT_REMOTE_ERROR}    call: the worker's handler failed (its error type and message on stderr)
   {EXIT_ENDPOINT}    an endpoint could not be bound or connected (address in use, bad address)
-  {EXIT_INTERRUPTED}  call: interrupted by SIGINT (Ctrl-C)
+  {EXIT_INTERRUPTED}  call: stopped by SIGINT (Ctrl-C); 143 by SIGTERM
 """
 BIND_SCHEMES: Final = ("tcp", "ipc", "inproc")
 CONNECT_SCHEMES: Final = ("tcp", "ipc")  # inproc reaches only sockets of the same process
@@ -111,7 +112,7 @@ def _only_leaf(error: BaseException) -> BaseException:
 
 def _exit_code_for(command: str, error: BaseException) -> int:
     """Report an expected failure in one line; re-raise anything else (a bug)."""
-    if isinstance(error, KeyboardInterrupt):  # SIGINT before the signal receiver was set up
+    if isinstance(error, KeyboardInterrupt):  # SIGINT before a signal receiver was set up
         return EXIT_INTERRUPTED if command == "call" else EXIT_OK
     if isinstance(error, zmq.ZMQError):
         print(f"domo {command}: endpoint error: {error}", file=sys.stderr)
@@ -126,8 +127,10 @@ def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``domo`` and its subcommands."""
     parser = argparse.ArgumentParser(
         prog="domo",
-        description="domo: the Majordomo Protocol MDP/0.2 (ZeroMQ RFC 18) broker, worker "
-        "and client. Try `domo demo`, then `domo COMMAND --help`.",
+        description=_paragraph(
+            "domo: the Majordomo Protocol MDP/0.2 (ZeroMQ RFC 18) broker, worker and client. "
+            "Try `domo demo`, then `domo COMMAND --help`."
+        ),
         epilog=EXIT_CODES_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -138,6 +141,11 @@ def build_parser() -> argparse.ArgumentParser:
     _add_call(commands)
     _add_demo(commands)
     return parser
+
+
+def _paragraph(text: str) -> str:
+    """``text`` wrapped for ``--help`` (the formatter keeps it as is, for the exit code table)."""
+    return textwrap.fill(text, width=79)
 
 
 def _version_text() -> str:
@@ -159,7 +167,7 @@ def _subcommand(
     sub = commands.add_parser(
         name,
         help=summary,
-        description=description,
+        description=_paragraph(description),
         epilog=EXIT_CODES_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -446,12 +454,15 @@ async def _broker(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-async def _stop_on_signal(signals: AsyncIterator[int], scope: trio.CancelScope, what: str) -> None:
-    """Wait for SIGINT or SIGTERM, then cancel ``scope`` (a graceful stop)."""
+async def _stop_on_signal(
+    signals: AsyncIterator[int], scope: trio.CancelScope, what: str
+) -> int | None:
+    """Wait for SIGINT or SIGTERM, then cancel ``scope`` (a graceful stop); the signal."""
     async for signum in signals:
         logger.info("%s: %s received, stopping", what, signal.Signals(signum).name)
         scope.cancel()
-        return
+        return signum
+    return None
 
 
 # --- domo worker ------------------------------------------------------------------------------
@@ -621,6 +632,22 @@ def _prepare_call(args: argparse.Namespace) -> None:
 
 
 async def _call(args: argparse.Namespace) -> int:
+    """The request, stopped by SIGINT or SIGTERM with exit code 128 + the signal's number."""
+    code, received = EXIT_ERROR, None
+
+    async def stop_on_signal() -> None:
+        nonlocal received
+        received = await _stop_on_signal(signals, nursery.cancel_scope, "call")
+
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(stop_on_signal)
+            code = await _request(args)
+            nursery.cancel_scope.cancel()
+    return code if received is None else 128 + received
+
+
+async def _request(args: argparse.Namespace) -> int:
     write = _write_raw if args.raw else _write_text
     try:
         client = Client(args.connect, timeout=args.timeout, retries=args.retries)

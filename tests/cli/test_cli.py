@@ -305,6 +305,23 @@ async def test_call_without_a_worker_or_broker_exits_3(domo: StartDomo) -> None:
     assert "1 attempt(s)" in done.stderr
 
 
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+async def test_a_waiting_call_stops_at_a_signal(domo: StartDomo, signum: signal.Signals) -> None:
+    """SIGINT (Ctrl-C) or SIGTERM stop a call that waits for its reply at once, quietly, with
+    exit code 128 + the signal's number (130 for SIGINT, the shell's convention)."""
+    _, endpoint = await start_broker(domo)
+    call = await domo(
+        "call", "nobody", "--connect", endpoint, "--timeout", "20", "--log-level", "debug"
+    )
+    await call.line("RequestSent(", "stderr")  # the request is out, and the signals are watched
+    stopping = trio.current_time()
+    call.signal(signum)
+    assert await call.exit_code() == 128 + signum
+    assert trio.current_time() - stopping < 3.0
+    assert call.lines() == []
+    assert "Traceback" not in "\n".join(call.lines("stderr"))
+
+
 async def test_address_in_use_exits_5_without_a_traceback(domo: StartDomo) -> None:
     """A second broker on a port in use says so in one line and exits 5."""
     _, endpoint = await start_broker(domo)
