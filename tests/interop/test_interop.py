@@ -108,11 +108,13 @@ async def hand_client_and_worker_through(
     """Drive a hand-framed worker and client through the broker at ``endpoint``.
 
     MDP-W-01, MDP-W-09: the worker sends READY (``registered`` waits until the broker has it);
-    MDP-C-01..03, MDP-W-02..04, MDP-R-01: a REQUEST gets three PARTIALs and the FINAL, framed
-    as the RFC says; MDP-H-02, MDP-H-04: then only heartbeats pass, both ways, for twelve
-    intervals, and the worker is still registered (MDP-M-01: mmi.service says 200); MDP-W-12,
-    MDP-W-13: the worker sends DISCONNECT and then hears nothing more. Returns the worker, after
-    its thread ended, and the time span it was idle.
+    MDP-C-01, MDP-C-02, MDP-C-03, MDP-W-02, MDP-W-03, MDP-W-04, MDP-R-01: a REQUEST gets three
+    PARTIALs and the FINAL, each framed as the RFC says (the hand peers check every frame);
+    MDP-C-09: the replies name the requested service; MDP-H-02, MDP-H-04, MDP-W-05: then only
+    heartbeats (of exactly two frames) pass, both ways, for twelve intervals, and the worker is
+    still registered (MDP-M-01: mmi.service says 200); MDP-W-06, MDP-W-12, MDP-W-13: the worker
+    sends DISCONNECT and then hears nothing more. Returns the worker, after its thread ended,
+    and the time span it was idle.
     """
     worker = HandWorker(endpoint, b"countdown", INTERVAL, LIVENESS, countdown)
     client = HandClient(endpoint)
@@ -180,6 +182,7 @@ async def test_serve_broker_serves_a_hand_framed_client_and_worker() -> None:
         "worker-disconnect",
         False,
     )
+    # MDP-R-02, MDP-R-03: the REQUEST carries the client's ROUTER identity, then an empty frame.
     [queued] = [q for q in events.of_type(RequestQueued) if q.service == b"countdown"]
     [request] = [frames for _, name, frames in worker.received if name == "REQUEST"]
     assert request == [WORKER, b"\x02", queued.client, b"", b"3", b"x"]
