@@ -541,7 +541,7 @@ def _command_handler(service: str, argv: Sequence[str], timeout: float) -> Handl
             "DOMO_SERVICE": service,
             "DOMO_FRAME_SIZES": ",".join(str(len(frame)) for frame in body),
         }
-        outcome = await run_command(argv, b"".join(body), env, timeout)
+        outcome = await _run_command(argv, b"".join(body), env, timeout)
         if outcome.returncode == 0:
             return outcome.stdout
         failure = CommandFailed(_describe_failure(outcome, timeout))
@@ -563,7 +563,7 @@ def _describe_failure(outcome: CommandOutcome, timeout: float) -> str:
     return f"command {what}" + (f"; stderr: {tail}" if tail else "")
 
 
-async def run_command(
+async def _run_command(
     argv: Sequence[str], stdin: bytes, env: dict[str, str], time_limit: float
 ) -> CommandOutcome:
     """Run ``argv`` with ``stdin``; its output, and its exit status unless it timed out.
@@ -683,11 +683,11 @@ def _write_raw(body: list[bytes]) -> None:
 def _write_text(body: list[bytes]) -> None:
     out = sys.stdout.buffer
     for frame in body:
-        out.write(frame_as_line(frame))
+        out.write(_frame_as_line(frame))
     out.flush()
 
 
-def frame_as_line(frame: bytes) -> bytes:
+def _frame_as_line(frame: bytes) -> bytes:
     """One reply frame as ``domo call`` prints it: text with one newline, else a bytes literal."""
     try:
         text = frame.decode("utf-8")
@@ -806,7 +806,7 @@ def _demo_report(
     )
     if load.sample is not None:
         body, reply = load.sample
-        shown = b" ".join(frame_as_line(frame).rstrip(b"\n") for frame in reply).decode()
+        shown = b" ".join(_frame_as_line(frame).rstrip(b"\n") for frame in reply).decode()
         print(f"sample reply: {body.decode()!r} -> {shown!r}")
     if done:
         print(f"throughput: {done / elapsed:.0f} requests/s")

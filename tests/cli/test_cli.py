@@ -333,6 +333,19 @@ async def test_address_in_use_exits_5_without_a_traceback(domo: StartDomo) -> No
     assert "Traceback" not in done.stderr
 
 
+@pytest.mark.parametrize(
+    "command", [["call", "echo", "--connect"], ["worker", "echo", "--connect"]]
+)
+async def test_an_endpoint_zeromq_rejects_exits_5(command: list[str]) -> None:
+    """An endpoint that passes the scheme check but that ZeroMQ refuses: one line, exit 5."""
+    done = await run_domo(*command, "tcp://127.0.0.1:no-port")
+    assert done.code == EXIT_ENDPOINT
+    assert done.stderr.splitlines()[-1] == (
+        f"domo {command[0]}: endpoint error: Invalid argument (addr='tcp://127.0.0.1:no-port')"
+    )
+    assert "Traceback" not in done.stderr
+
+
 # --- signals --------------------------------------------------------------------------------------
 
 
