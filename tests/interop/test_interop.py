@@ -262,6 +262,7 @@ async def domo_peers_through(
     readies: Callable[[], list[bytes]],
     heartbeats: Callable[[bytes], list[float]],
 ) -> None:
+    """The domo side of the test above: a worker and a client on the hand broker's endpoint."""
     async with trio.open_nursery() as workers:
         work = partial(run_worker, config=WORKER_CONFIG, on_event=worker_events)
         await workers.start(work, broker.endpoint, "countdown", streaming_countdown)
