@@ -1,0 +1,462 @@
+"""The ``domo`` command, driven as a user would: real processes on loopback sockets.
+
+Brokers bind ``tcp://127.0.0.1:0`` and print the port they got; workers and brokers use short
+heartbeats (0.2 s, liveness 3) where a test waits for a peer to be noticed as gone.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import shutil
+import signal
+import sys
+from collections.abc import AsyncIterator
+from functools import partial
+from pathlib import Path
+
+import pytest
+import trio
+
+import domo as domo_package
+from domo.cli import (
+    EXIT_ENDPOINT,
+    EXIT_OK,
+    EXIT_REMOTE_ERROR,
+    EXIT_TIMEOUT,
+    EXIT_USAGE,
+)
+from domo.protocol import WorkerConfig
+from domo.trio import run_worker
+
+from .conftest import QUICK_BEATS, DomoProcess, StartDomo, run_domo
+
+pytestmark = pytest.mark.io
+
+PYTHON = shlex.quote(sys.executable)
+
+
+async def start_broker(domo: StartDomo, *extra: str) -> tuple[DomoProcess, str]:
+    broker = await domo("broker", "--bind", "tcp://127.0.0.1:0", *QUICK_BEATS, *extra)
+    return broker, await broker.endpoint()
+
+
+async def start_worker(domo: StartDomo, broker: DomoProcess, service: str, *extra: str) -> None:
+    """A ``domo worker`` for ``service``, returned once the broker logged its registration."""
+    await domo("worker", service, *QUICK_BEATS, *extra)
+    await broker.line("WorkerRegistered(", "stderr")
+
+
+def python_command(code: str) -> str:
+    """An --exec command line running ``code`` with this interpreter."""
+    return f"{PYTHON} -c {shlex.quote(code)}"
+
+
+# --- help, version, usage errors ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("command", "mentions"),
+    [
+        ([], ["broker", "worker", "call", "demo", "--version"]),
+        (["broker"], ["--bind", "--heartbeat-interval", "--liveness", "--request-expiry"]),
+        (["worker"], ["SERVICE", "--connect", "--concurrency", "--exec", "DOMO_FRAME_SIZES"]),
+        (["call"], ["SERVICE", "BODY", "--timeout", "--retries", "--raw", "mmi.service"]),
+        (["demo"], ["--workers", "--clients", "--requests", "--duration"]),
+    ],
+    ids=["domo", "broker", "worker", "call", "demo"],
+)
+async def test_help_of_every_command(command: list[str], mentions: list[str]) -> None:
+    """``--help`` exits 0 and documents the options and every exit code."""
+    done = await run_domo(*command, "--help")
+    assert (done.code, done.stderr) == (EXIT_OK, "")
+    assert done.stdout.startswith(f"usage: domo {' '.join(command)}".rstrip())
+    for mention in [*mentions, "--log-level" if command else "COMMAND", "exit codes:"]:
+        assert mention in done.stdout
+    for code in (EXIT_OK, EXIT_USAGE, EXIT_TIMEOUT, EXIT_REMOTE_ERROR, EXIT_ENDPOINT):
+        assert re.search(rf"^  {code} ", done.stdout, re.MULTILINE)
+
+
+async def test_version_from_the_installed_console_script() -> None:
+    """The ``domo`` console script (pyproject's [project.scripts]) is installed and runs."""
+    script = shutil.which("domo", path=str(Path(sys.executable).parent))
+    assert script is not None, "the domo console script is not installed next to python"
+    with trio.fail_after(20):
+        done = await trio.run_process([script, "--version"], capture_stdout=True)
+    assert done.stdout.decode().startswith(f"domo {domo_package.__version__} (MDP/0.2; Python ")
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        ([], "the following arguments are required: COMMAND"),
+        (["serve"], "invalid choice: 'serve'"),
+        (["call"], "the following arguments are required: SERVICE"),
+        (["call", "echo", "--timeout", "0"], "argument --timeout: must be a positive number"),
+        (["call", "echo", "--retries", "-1"], "argument --retries: must be at least 0"),
+        (["call", "echo", "-", "-"], "'-' (stdin) may be given only once"),
+        (["call", "caf\u00e9"], "a service name is 1-255 printable ASCII characters"),
+        (["call", "echo", "--connect", "inproc://x"], "inproc:// works only inside one process"),
+        (["broker", "--bind", "localhost:5555"], "argument --bind: not an endpoint"),
+        (["broker", "--bind", "udp://127.0.0.1:1"], "use tcp://, ipc://, inproc://"),
+        (["broker", "--liveness", "0"], "argument --liveness: must be at least 1, got 0"),
+        (["broker", "--heartbeat-interval", "nan"], "must be a positive number"),
+        (["worker", "thing"], "no handler for 'thing': give --exec CMD"),
+        (["worker", "thing", "--exec", "no-such-command-here"], "command not found"),
+        (["worker", "thing", "--exec", "'unbalanced"], "--exec: No closing quotation"),
+        (["worker", "mmi.service"], "'mmi.' belong to the broker"),
+        (["worker", "echo", "--concurrency", "0"], "argument --concurrency: must be at least 1"),
+        (["demo", "--requests", "10", "--duration", "1"], "not allowed with argument"),
+    ],
+)
+async def test_bad_arguments_exit_2_with_a_message(args: list[str], message: str) -> None:
+    """A usage error: exit 2, the usage and one error line on stderr, nothing on stdout."""
+    done = await run_domo(*args)
+    assert (done.code, done.stdout) == (EXIT_USAGE, "")
+    assert done.stderr.startswith("usage: domo")
+    assert message in done.stderr.splitlines()[-1]
+    assert "Traceback" not in done.stderr
+
+
+# --- broker, worker and call end to end -----------------------------------------------------------
+
+
+async def test_broker_worker_and_call_end_to_end(domo: StartDomo, tmp_path: Path) -> None:
+    """MDP-A-02: a broker on tcp and ipc at once; an echo worker on ipc serves a call on tcp;
+    MDP-C-01: each BODY argument is one frame (an empty one too), '-' is stdin; MDP-M-01:
+    ``mmi.service`` prints 200 or 404; replies print as text or as a bytes literal."""
+    ipc = f"ipc://{tmp_path}/broker.ipc"
+    broker = await domo("broker", "--bind", "tcp://127.0.0.1:0", "--bind", ipc)
+    tcp = await broker.endpoint()
+    assert re.fullmatch(r"tcp://127\.0\.0\.1:\d+", tcp)
+    assert not tcp.endswith(":0")
+    assert await broker.endpoint() == ipc
+    worker = await domo("worker", "echo", "--connect", ipc)
+    assert await worker.line("domo worker: serving") == (
+        f"domo worker: serving 'echo' (built-in echo) at {ipc}, 1 at a time"
+    )
+    registered = await broker.line("WorkerRegistered(", "stderr")
+    assert "service=b'echo'" in registered
+
+    call = partial(run_domo, "call", "--connect", tcp)
+    done = await call("echo", "hello", "", "wide world")
+    assert (done.code, done.stdout, done.stderr) == (EXIT_OK, "hello\n\nwide world\n", "")
+    done = await call("echo", "-", "text", stdin=b"\x00\x01binary\xff")
+    assert (done.code, done.stdout) == (EXIT_OK, "b'\\x00\\x01binary\\xff'\ntext\n")
+    done = await call("--raw", "echo", "-", "tail", stdin=b"\x00\x01\n")
+    assert (done.code, done.stdout) == (EXIT_OK, "\x00\x01\ntail")
+    done = await call("echo", "--", "-5", "--raw")  # '--': what follows is BODY
+    assert (done.code, done.stdout) == (EXIT_OK, "-5\n--raw\n")
+    done = await call("echo", "ends with a newline\n")
+    assert done.stdout == "ends with a newline\n"  # not doubled
+    done = await call("echo")
+    assert (done.code, done.stdout) == (EXIT_OK, "\n")  # no BODY: one empty frame
+    assert (await call("mmi.service", "echo")).stdout == "200\n"
+    assert (await call("mmi.service", "nobody")).stdout == "404\n"
+    assert "MmiReplied(" in await broker.line("status=b'404'", "stderr")
+
+
+async def test_call_prints_each_partial_as_it_arrives(domo: StartDomo) -> None:
+    """MDP-C-05, MDP-R-01: ``domo call`` prints every PARTIAL when it arrives, then the FINAL;
+    the worker here is domo's library worker in this process, held between replies."""
+    broker, endpoint = await start_broker(domo)
+    release = trio.Event()
+
+    async def count(body: list[bytes]) -> AsyncIterator[bytes]:
+        yield b"part 1"
+        yield b"part 2"  # part 1 goes out now
+        await release.wait()
+        yield b"the end"  # part 2 goes out now; the FINAL when the generator returns
+
+    with trio.fail_after(20):
+        async with trio.open_nursery() as nursery:
+            work = partial(run_worker, config=WorkerConfig(heartbeat_interval=0.2))
+            await nursery.start(work, endpoint, "count", count)
+            await broker.line("WorkerRegistered(", "stderr")
+            call = await domo("call", "count", "go", "--connect", endpoint, "--timeout", "10")
+            assert await call.line("part 1") == "part 1"
+            assert call.process.poll() is None  # the FINAL has not been sent yet
+            release.set()
+            assert await call.exit_code() == EXIT_OK
+            assert call.lines() == ["part 1", "part 2", "the end"]
+            nursery.cancel_scope.cancel()
+
+
+# --- --exec ---------------------------------------------------------------------------------------
+
+
+async def test_exec_serves_a_service_with_a_command(domo: StartDomo) -> None:
+    """``--exec CMD``: the request body on CMD's stdin (frames concatenated, their sizes in
+    DOMO_FRAME_SIZES), CMD's stdout as the FINAL."""
+    broker, endpoint = await start_broker(domo)
+    await start_worker(domo, broker, "upper", "--connect", endpoint, "--exec", "tr a-z A-Z")
+    script = (
+        "import os, sys; data = sys.stdin.buffer.read(); "
+        "print(os.environ['DOMO_SERVICE'], os.environ['DOMO_FRAME_SIZES'], data.decode())"
+    )
+    await start_worker(
+        domo, broker, "frames", "--connect", endpoint, "--exec", python_command(script)
+    )
+
+    call = partial(run_domo, "call", "--connect", endpoint)
+    done = await call("upper", "hello, world")
+    assert (done.code, done.stdout) == (EXIT_OK, "HELLO, WORLD\n")
+    done = await call("upper", "-", stdin=b"from stdin\n")
+    assert (done.code, done.stdout) == (EXIT_OK, "FROM STDIN\n")
+    done = await call("frames", "abc", "", "de")
+    assert (done.code, done.stdout) == (EXIT_OK, "frames 3,0,2 abcde\n")
+
+
+async def test_failing_and_slow_commands_give_the_error_reply(domo: StartDomo) -> None:
+    """MDP-D-23: a command that exits non-zero, or runs past --exec-timeout (it is killed),
+    answers with domo's error reply: ``domo call`` exits 4 with the status and the stderr
+    tail; the worker logs one warning line (no traceback) and stays registered."""
+    broker, endpoint = await start_broker(domo)
+    failing = python_command("import sys; sys.stderr.write('boom\\n'); sys.exit(3)")
+    await start_worker(domo, broker, "fail", "--connect", endpoint, "--exec", failing)
+    await domo(
+        "worker",
+        "slow",
+        "--connect",
+        endpoint,
+        *QUICK_BEATS,
+        "--exec",
+        "sleep 30",
+        "--exec-timeout",
+        "0.3",
+    )
+    await broker.line("WorkerRegistered(", "stderr")
+
+    call = partial(run_domo, "call", "--connect", endpoint, "--timeout", "10")
+    for _ in range(2):  # the worker stays registered after a failure
+        done = await call("fail", "x")
+        assert (done.code, done.stdout) == (EXIT_REMOTE_ERROR, "")
+        assert done.stderr == (
+            "domo call: the worker for 'fail' failed: CommandFailed: command exited with "
+            "status 3; stderr: boom\n"
+        )
+    done = await call("slow", "x")
+    assert (done.code, done.stdout) == (EXIT_REMOTE_ERROR, "")
+    assert "CommandFailed: command timed out after 0.3 s and was killed" in done.stderr
+    assert done.elapsed < 5  # not the 30 s of the command
+    assert (await call("mmi.service", "fail")).stdout == "200\n"
+    assert not [line for line in broker.lines("stderr") if "WorkerDisconnected" in line]
+
+
+async def test_exec_concurrency_runs_commands_side_by_side(domo: StartDomo, tmp_path: Path) -> None:
+    """``--concurrency 2``: two sessions, two commands at once. Each command waits until both
+    have started, so with one at a time both would time out."""
+    broker, endpoint = await start_broker(domo)
+    script = (
+        "import pathlib, sys, time, os; d = pathlib.Path(sys.argv[1]); "
+        "(d / str(os.getpid())).touch(); end = time.monotonic() + 10\n"
+        "while len(list(d.iterdir())) < 2 and time.monotonic() < end: time.sleep(0.01)\n"
+        "print(len(list(d.iterdir())))"
+    )
+    command = f"{python_command(script)} {shlex.quote(str(tmp_path / 'started'))}"
+    (tmp_path / "started").mkdir()
+    await domo(
+        "worker",
+        "pair",
+        "--connect",
+        endpoint,
+        *QUICK_BEATS,
+        "--concurrency",
+        "2",
+        "--exec",
+        command,
+        "--exec-timeout",
+        "20",
+    )
+    await broker.line("WorkerRegistered(", "stderr")
+    await broker.line("WorkerRegistered(", "stderr")
+    results: list[str] = []
+
+    async def ask(index: int) -> None:
+        done = await run_domo("call", "pair", str(index), "--connect", endpoint, "--timeout", "20")
+        results.append(f"{done.code} {done.stdout.strip()}")
+
+    with trio.fail_after(20):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(ask, 1)
+            nursery.start_soon(ask, 2)
+    assert results == ["0 2", "0 2"]
+
+
+# --- timeouts and endpoints -----------------------------------------------------------------------
+
+
+async def test_call_without_a_worker_or_broker_exits_3(domo: StartDomo) -> None:
+    """MDP-C-08: no FINAL within the timeout, after every retry: exit 3 and a hint, whether
+    the broker has no worker for the service or there is no broker at all."""
+    _, endpoint = await start_broker(domo)
+    done = await run_domo(
+        "call", "nobody", "x", "--connect", endpoint, "--timeout", "0.2", "--retries", "1"
+    )
+    assert (done.code, done.stdout) == (EXIT_TIMEOUT, "")
+    assert done.stderr.startswith(f"domo call: no reply from 'nobody' at {endpoint} within 0.2 s")
+    assert "2 attempt(s)" in done.stderr
+    assert done.elapsed >= 0.4
+    nowhere = "ipc:///nonexistent-dir/domo.ipc"
+    done = await run_domo(
+        "call", "echo", "--connect", nowhere, "--timeout", "0.2", "--retries", "0"
+    )
+    assert (done.code, done.stdout) == (EXIT_TIMEOUT, "")
+    assert "1 attempt(s)" in done.stderr
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+async def test_a_waiting_call_stops_at_a_signal(domo: StartDomo, signum: signal.Signals) -> None:
+    """SIGINT (Ctrl-C) or SIGTERM stop a call that waits for its reply at once, quietly, with
+    exit code 128 + the signal's number (130 for SIGINT, the shell's convention)."""
+    _, endpoint = await start_broker(domo)
+    call = await domo(
+        "call", "nobody", "--connect", endpoint, "--timeout", "20", "--log-level", "debug"
+    )
+    await call.line("RequestSent(", "stderr")  # the request is out, and the signals are watched
+    stopping = trio.current_time()
+    call.signal(signum)
+    assert await call.exit_code() == 128 + signum
+    assert trio.current_time() - stopping < 3.0
+    assert call.lines() == []
+    assert "Traceback" not in "\n".join(call.lines("stderr"))
+
+
+async def test_address_in_use_exits_5_without_a_traceback(domo: StartDomo) -> None:
+    """A second broker on a port in use says so in one line and exits 5."""
+    _, endpoint = await start_broker(domo)
+    done = await run_domo("broker", "--bind", endpoint)
+    assert (done.code, done.stdout) == (EXIT_ENDPOINT, "")
+    assert done.stderr.strip().splitlines()[-1] == (
+        f"domo broker: endpoint error: Address already in use (addr='{endpoint}')"
+    )
+    assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize(
+    "command", [["call", "echo", "--connect"], ["worker", "echo", "--connect"]]
+)
+async def test_an_endpoint_zeromq_rejects_exits_5(command: list[str]) -> None:
+    """An endpoint that passes the scheme check but that ZeroMQ refuses: one line, exit 5."""
+    done = await run_domo(*command, "tcp://127.0.0.1:no-port")
+    assert done.code == EXIT_ENDPOINT
+    assert done.stderr.splitlines()[-1] == (
+        f"domo {command[0]}: endpoint error: Invalid argument (addr='tcp://127.0.0.1:no-port')"
+    )
+    assert "Traceback" not in done.stderr
+
+
+# --- signals --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+async def test_stopping_the_broker_disconnects_workers_who_come_back(
+    domo: StartDomo, signum: signal.Signals
+) -> None:
+    """MDP-W-14: SIGINT/SIGTERM stop the broker gracefully: DISCONNECT to the worker, exit 0
+    within a second or so, no traceback; MDP-W-17: the worker reconnects on a new socket and
+    registers with a new broker on the same port, which then serves calls."""
+    broker, endpoint = await start_broker(domo)
+    worker = await domo("worker", "echo", "--connect", endpoint, *QUICK_BEATS)
+    await broker.line("WorkerRegistered(", "stderr")
+    assert (await run_domo("call", "echo", "before", "--connect", endpoint)).stdout == "before\n"
+
+    stopping = trio.current_time()
+    broker.signal(signum)
+    assert await broker.exit_code() == EXIT_OK
+    assert trio.current_time() - stopping < 3.0
+    assert broker.lines()[-1] == "domo broker: stopped; 1 requests completed"
+    log = "\n".join(broker.lines("stderr"))
+    assert f"{signum.name} received, stopping" in log
+    assert "reason='broker-shutdown', disconnect_sent=True" in log
+    assert "Traceback" not in log
+    await worker.line("ReconnectRequired(reason='broker-disconnect'", "stderr")
+
+    again = await domo("broker", "--bind", endpoint, *QUICK_BEATS)
+    assert await again.endpoint() == endpoint
+    await again.line("WorkerRegistered(", "stderr", time_limit=15)
+    assert (await run_domo("call", "echo", "after", "--connect", endpoint)).stdout == "after\n"
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+async def test_stopping_a_worker_sends_disconnect(domo: StartDomo, signum: signal.Signals) -> None:
+    """MDP-W-12, MDP-W-13: SIGINT/SIGTERM stop the worker: it sends DISCONNECT (the broker
+    unregisters it at once, not by expiry) and exits 0 promptly, without a traceback."""
+    broker, endpoint = await start_broker(domo)
+    worker = await domo("worker", "echo", "--connect", endpoint, *QUICK_BEATS)
+    await broker.line("WorkerRegistered(", "stderr")
+    await worker.line("domo worker: serving")
+
+    stopping = trio.current_time()
+    worker.signal(signum)
+    assert await worker.exit_code() == EXIT_OK
+    assert trio.current_time() - stopping < 3.0
+    assert worker.lines()[-1] == "domo worker: stopped"
+    assert "Traceback" not in "\n".join(worker.lines("stderr"))
+    gone = await broker.line("WorkerDisconnected(", "stderr")
+    assert "reason='worker-disconnect', disconnect_sent=False" in gone
+    assert (await run_domo("call", "mmi.service", "echo", "--connect", endpoint)).stdout == "404\n"
+
+
+async def test_worker_stopped_while_busy_hands_the_request_back(domo: StartDomo) -> None:
+    """MDP-D-22, MDP-D-08: a worker stopped by SIGTERM while its command runs kills the
+    command, sends DISCONNECT and exits 0 at once; the broker re-dispatches the request to
+    another worker, whose reply the waiting ``domo call`` prints."""
+    broker, endpoint = await start_broker(domo, "--log-level", "debug")
+    stuck = await domo("worker", "job", "--connect", endpoint, *QUICK_BEATS, "--exec", "sleep 30")
+    await broker.line("WorkerRegistered(", "stderr")
+    call = await domo("call", "job", "x", "--connect", endpoint, "--timeout", "20")
+    await broker.line("RequestDispatched(", "stderr")  # to the stuck worker, the only one
+    await start_worker(domo, broker, "job", "--connect", endpoint, "--exec", "echo done")
+    stopping = trio.current_time()
+    stuck.signal(signal.SIGTERM)
+    assert await stuck.exit_code() == EXIT_OK
+    assert trio.current_time() - stopping < 3.0
+    assert await call.exit_code(time_limit=15) == EXIT_OK
+    assert call.lines() == ["done"]
+    assert "reason='worker-disconnect'" in await broker.line("WorkerDisconnected(", "stderr")
+
+
+# --- demo -----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "extra", [[], ["--endpoint", "tcp://127.0.0.1:0", "--clients", "2"]], ids=["inproc", "tcp"]
+)
+async def test_demo_prints_throughput_and_latency(extra: list[str]) -> None:
+    """``domo demo`` runs a broker, echo workers and clients in one process, checks every reply
+    and prints what happened: registrations, requests done per worker, a throughput figure and
+    p50/p99 latency."""
+    done = await run_domo("demo", "--requests", "400", "--workers", "3", *extra, time_limit=60)
+    assert (done.code, done.stderr) == (EXIT_OK, "")
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("domo demo: a broker on ")
+    assert lines[0].endswith(
+        " 3 echo workers, %s clients, 400 requests" % (extra[-1] if extra else 4)
+    )
+    assert re.fullmatch(r"workers registered: 3 of 3 in [\d.]+ ms", lines[1])
+    done_line = re.fullmatch(
+        r"requests done: 400 of 400 in [\d.]+ s \(0 failed, 0 wrong replies\); "
+        r"FINALs per worker: (\d+), (\d+), (\d+)",
+        lines[2],
+    )
+    assert done_line is not None
+    assert sum(int(count) for count in done_line.groups()) == 400
+    assert re.fullmatch(r"sample reply: 'demo request \d+' -> 'demo request \d+'", lines[3])
+    throughput = re.fullmatch(r"throughput: (\d+) requests/s", lines[4])
+    assert throughput is not None
+    assert int(throughput[1]) > 0
+    latency = re.fullmatch(r"latency: p50 ([\d.]+) ms, p99 ([\d.]+) ms", lines[5])
+    assert latency is not None
+    assert 0 < float(latency[1]) <= float(latency[2])
+    assert len(lines) == 6
+
+
+async def test_demo_for_a_duration() -> None:
+    """``--duration`` sends requests for that long instead of a fixed number."""
+    done = await run_domo("demo", "--duration", "0.5", "--workers", "1", "--clients", "1")
+    assert done.code == EXIT_OK
+    assert "requests for 0.5 s" in done.stdout.splitlines()[0]
+    matched = re.search(r"requests done: (\d+) in 0\.5\d s \(0 failed", done.stdout)
+    assert matched is not None
+    assert int(matched[1]) > 0
