@@ -9,8 +9,9 @@ every message, when it was sent, and whether it was dropped.
 from __future__ import annotations
 
 import itertools
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from functools import partial
+from typing import Any
 
 import pytest
 import trio
@@ -32,6 +33,7 @@ from domo.protocol.events import (
     WorkerRegistered,
 )
 from domo.trio import Client, DomoError, RemoteError, RequestTimeout, run_worker, serve_broker
+from domo.trio._transport import Connection
 from domo.trio.errors import ERROR_MARKER
 from domo.trio.testing import FakeNetwork, Packet
 
@@ -572,3 +574,53 @@ async def test_delayed_network_delays_every_hop(autojump_clock: trio.testing.Moc
                     await trio.sleep(5.0)
             assert not broker_events.of_type(WorkerExpired)
             nursery.cancel_scope.cancel()
+
+
+class _RecordingNetwork(FakeNetwork):
+    """A FakeNetwork that keeps every connection it made, to check that each was closed."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.made: list[Any] = []
+
+    def bind(self, endpoints: Sequence[str], hwm: int) -> tuple[Connection, list[str]]:
+        conn, bound = super().bind(endpoints, hwm)
+        self.made.append(conn)
+        return conn, bound
+
+    def connect(self, endpoint: str) -> Connection:
+        conn = super().connect(endpoint)
+        self.made.append(conn)
+        return conn
+
+
+async def test_a_hook_that_raises_at_shutdown_still_closes_every_socket(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """An ``on_event`` hook that raises while the broker and a busy worker shut down: both
+    errors reach the caller, and every socket is closed all the same (an open ZeroMQ socket
+    would block its context's termination forever)."""
+    net = _RecordingNetwork()
+    stopping = False
+
+    def hook(event: object) -> None:
+        if stopping:
+            raise RuntimeError(f"hook failed on {type(event).__name__}")
+
+    async def one_request() -> None:
+        async with Client(EP, transport=net) as client:
+            await client.request("slow", b"10")
+
+    expected = pytest.RaisesGroup(RuntimeError, RuntimeError, flatten_subgroups=True)
+    with trio.fail_after(60), expected:
+        async with trio.open_nursery() as nursery:
+            serve = partial(serve_broker, config=BROKER, transport=net, on_event=hook)
+            await nursery.start(serve, EP)
+            work = partial(run_worker, config=WORKER, transport=net, on_event=hook)
+            await nursery.start(work, EP, "slow", slow_echo)
+            nursery.start_soon(one_request)
+            await trio.sleep(1.0)  # the request is with the worker's handler
+            stopping = True
+            nursery.cancel_scope.cancel()
+    assert len(net.made) == 3  # the broker's ROUTER, the worker's DEALER, the client's DEALER
+    assert all(conn.closed for conn in net.made)

@@ -166,10 +166,14 @@ class SessionPump(Generic[E]):
                 assert self._conn is not None
                 await self._step(self._conn)
         finally:
-            self._handle(self._farewell(trio.current_time()))
-            if self._conn is not None:
-                self._close()
-            self.ready.set()
+            try:
+                self._handle(self._farewell(trio.current_time()))
+            finally:
+                # Whatever a hook raised, the socket closes: an open one blocks its context's
+                # termination forever.
+                if self._conn is not None:
+                    self._close()
+                self.ready.set()
 
     async def _step(self, conn: Connection) -> None:
         if not self._kicked:
@@ -209,9 +213,11 @@ class SessionPump(Generic[E]):
         assert conn is not None
         self._pending.extend(self.session.take_outgoing())
         last_words = bool(self._pending)  # a DISCONNECT, say, that must still go out
-        self._flush(conn)
-        self._pending.clear()
-        self._drained.set()
-        # Without last words, linger 0: stale messages of a socket given up must not reach a
-        # broker that comes back while the socket lingers (it would register a dead identity).
-        conn.close(self._linger if last_words else 0.0)
+        try:
+            self._flush(conn)
+        finally:
+            self._pending.clear()
+            self._drained.set()
+            # Without last words, linger 0: stale messages of a socket given up must not reach
+            # a broker that comes back while the socket lingers (it would register a dead one).
+            conn.close(self._linger if last_words else 0.0)

@@ -14,6 +14,7 @@ waits for the FD with no checkpoint in between. Everything else is non-blocking.
 from __future__ import annotations
 
 import errno
+import logging
 from collections.abc import Sequence
 from typing import Final, Protocol, cast
 
@@ -21,6 +22,8 @@ import trio
 import zmq
 
 __all__ = ["EAGAIN", "EHOSTUNREACH", "SENT", "Connection", "Transport", "ZmqTransport"]
+
+logger = logging.getLogger("domo.transport")
 
 SENT: Final = 0
 EAGAIN: Final = errno.EAGAIN  # the peer's pipe is full (high-water mark)
@@ -113,6 +116,8 @@ class ZmqTransport:
     ``context`` to use them.
     """
 
+    term_timeout: float = 5.0  # seconds ``aclose`` waits for the context to terminate
+
     def __init__(self, context: zmq.Context[zmq.Socket[bytes]] | None = None) -> None:
         self._owned = context is None
         self.context: zmq.Context[zmq.Socket[bytes]] = zmq.Context() if context is None else context
@@ -143,8 +148,17 @@ class ZmqTransport:
         return ZmqConnection(socket)
 
     async def aclose(self) -> None:
-        if self._owned and not self.context.closed:
-            # term() blocks while closed sockets linger to deliver their last messages; shielded,
-            # because this runs when the owner is being cancelled.
-            with trio.CancelScope(shield=True):
-                await trio.to_thread.run_sync(self.context.term)
+        """Terminate the context this transport created, waiting at most ``term_timeout``.
+
+        With every socket closed, ``term()`` waits at most their linger; it waits forever for
+        a socket left open, and libzmq 4.3.5 was seen here, rarely, to block for longer with
+        every socket closed. Rather than hang its owner's shutdown (this runs shielded, while
+        the owner is being cancelled), after ``term_timeout`` seconds the context is abandoned
+        with an error in the log; its thread ends when libzmq lets it, or with the process.
+        """
+        if not self._owned or self.context.closed:
+            return
+        with trio.CancelScope(shield=True), trio.move_on_after(self.term_timeout) as waited:
+            await trio.to_thread.run_sync(self.context.term, abandon_on_cancel=True)
+        if waited.cancelled_caught:
+            logger.error("ZeroMQ context not terminated after %.1f s; abandoned", self.term_timeout)

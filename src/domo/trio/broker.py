@@ -68,9 +68,11 @@ async def serve_broker(
             task_status.started(bound)
             await pump_router(broker, conn, emit)
         finally:
-            now = max(trio.current_time(), broker.now)
-            emit(broker.shutdown(now))
-            flush_router(broker, conn, now, emit)
-            conn.close(linger)
+            try:
+                now = max(trio.current_time(), broker.now)
+                emit(broker.shutdown(now))
+                flush_router(broker, conn, now, emit)
+            finally:
+                conn.close(linger)  # even if an on_event hook raised
     finally:
         await net.aclose()
