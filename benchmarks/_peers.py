@@ -43,7 +43,7 @@ Socket = zmq.Socket[bytes]
 
 def _context(sockets: int = 64) -> zmq.Context[Socket]:
     context: zmq.Context[Socket] = zmq.Context()
-    context.setsockopt(zmq.MAX_SOCKETS, sockets + 64)
+    context.set(zmq.MAX_SOCKETS, sockets + 64)
     return context
 
 
@@ -297,8 +297,10 @@ def farm(framing: str, endpoint: str, count: int, kind: str, heartbeat: float) -
     """``count`` idle workers (READY for ``idle``, then heartbeats) or queued requests.
 
     ``kind`` is ``workers`` or ``requests`` (each socket sends one REQUEST for a service no
-    worker offers, so the broker queues it). Prints ``sent`` when every socket has spoken, then
-    keeps heartbeating (workers) and discarding what arrives until killed.
+    worker offers, so the broker queues it). ``framing`` is ``domo`` (RFC 18), ``majortomo``
+    or ``raw`` (the forwarder's: a worker says ``ready``, a request is a body). Prints ``sent``
+    when every socket has spoken, then keeps heartbeating (workers) and discarding what arrives
+    until killed.
     """
     context = _context(count)
     sockets = []
@@ -311,6 +313,8 @@ def farm(framing: str, endpoint: str, count: int, kind: str, heartbeat: float) -
     ready = [WORKER, W_READY, b"idle"]
     beat = [WORKER, W_HEARTBEAT]
     request = [CLIENT, b"\x02" if framing == "majortomo" else C_REQUEST, b"nobody", b"x"]
+    if framing == "raw":  # the forwarder's baseline: what ZeroMQ alone holds per connection
+        ready, request = [RAW_READY], [b"x"]
     first = ready if kind == "workers" else request
     for socket in sockets:
         socket.send_multipart([*delimiter, *first])
@@ -322,7 +326,7 @@ def farm(framing: str, endpoint: str, count: int, kind: str, heartbeat: float) -
     while True:
         for socket, _ in poller.poll(int(max(0.0, next_beat - time.monotonic()) * 1000)):
             socket.recv_multipart()
-        if kind == "workers" and time.monotonic() >= next_beat:
+        if kind == "workers" and framing != "raw" and time.monotonic() >= next_beat:
             next_beat += heartbeat
             for socket in sockets:
                 socket.send_multipart([*delimiter, *beat])
