@@ -2,7 +2,8 @@
 
 A pump sleeps in one place, ``Connection.wait``, bounded by the machine's ``next_deadline()``;
 when it wakes it reads the time with ``trio.current_time()`` (so a ``MockClock`` applies), feeds
-up to ``BATCH`` ready messages to the machine, ticks it and flushes its outbox without blocking.
+the ready messages to the machine, ticks it and flushes its outbox without blocking (the broker's
+pump repeats this while messages keep coming, up to ``BATCH`` of them per checkpoint).
 Other tasks never touch the socket: they call the machine through ``SessionPump.call``, which
 wakes the pump (``kick``) so that whatever they queued is sent.
 
@@ -64,11 +65,21 @@ async def pump_router(
         deadline = broker.next_deadline()
         with trio.move_on_at(math.inf if deadline is None else deadline):
             await conn.wait(False)
-        now = trio.current_time()
-        for message in conn.receive(BATCH):
-            emit(receive(message[0], message[1:], now))
-        emit(broker.tick(now))
-        flush_router(broker, conn, now, emit)
+        # Drain: up to BATCH messages per checkpoint, re-reading the socket after each flush,
+        # since replies to what was just sent (or other peers' messages) are often there by
+        # then; a wake-up is far dearer than a message. An empty read means the socket is
+        # empty: back to ``wait``, which re-arms the edge-triggered FD before sleeping.
+        budget = BATCH
+        while True:
+            now = trio.current_time()
+            messages = conn.receive(budget)
+            for message in messages:
+                emit(receive(message[0], message[1:], now))
+            emit(broker.tick(now))
+            flush_router(broker, conn, now, emit)
+            budget -= len(messages)
+            if not messages or budget <= 0:
+                break
 
 
 def flush_router(
