@@ -271,9 +271,44 @@ def _start_farms(
     return farms
 
 
+def core_memory(workers: int, requests: int) -> dict[str, float]:
+    """Bytes the sans-IO core allocates per registered worker and per queued request.
+
+    Measured with ``tracemalloc`` in this process (the peers' identities excluded), to tell
+    domo's own share of the broker's RSS from ZeroMQ's per-connection buffers.
+    """
+    import tracemalloc
+
+    from domo.protocol import Broker
+
+    workers_ids = [b"W%08d" % i for i in range(workers)]
+    client_ids = [b"C%08d" % i for i in range(requests)]
+    tracemalloc.start()
+    try:
+        broker = Broker()
+        start = tracemalloc.get_traced_memory()[0]
+        for peer in workers_ids:
+            broker.receive(peer, [b"MDPW02", b"\x01", b"idle"], now=1.0)
+        broker.take_outgoing()
+        registered = tracemalloc.get_traced_memory()[0]
+        for peer in client_ids:
+            broker.receive(peer, [b"MDPC02", b"\x01", b"nobody", b"x"], now=1.0)
+        queued = tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+    assert broker.queued(b"nobody") == requests
+    assert len(broker.workers()) == workers
+    return {
+        "core_bytes_per_worker": (registered - start) / workers,
+        "core_bytes_per_queued_request": (queued - registered) / requests,
+    }
+
+
 def register_run(system: System, workers: int, requests: int) -> dict[str, float]:
     """(e): RSS and time to register ``workers`` idle workers; RSS of ``requests`` queued."""
     result: dict[str, float] = {}
+    if system.broker == "domo":
+        result.update(core_memory(workers, requests))
     for kind, count in (("workers", workers), ("requests", requests)):
         endpoint = _free_endpoint()
         with group() as g:
@@ -306,7 +341,13 @@ SCENARIOS: dict[str, tuple[str, tuple[str, ...]]] = {
     "d": ("idle workers at 1 s heartbeat + 1 client", ("broker_cpu_percent", "p50_us", "p99_us")),
     "e": (
         "workers registering; queued requests",
-        ("register_s", "rss_bytes_per_worker", "rss_bytes_per_queued_request"),
+        (
+            "register_s",
+            "rss_bytes_per_worker",
+            "rss_bytes_per_queued_request",
+            "core_bytes_per_worker",
+            "core_bytes_per_queued_request",
+        ),
     ),
 }
 

@@ -63,7 +63,8 @@ async def pump_router(
     receive = broker.receive
     while True:
         deadline = broker.next_deadline()
-        with trio.move_on_at(math.inf if deadline is None else deadline):
+        # A bare CancelScope: move_on_at would add a generator context manager per wake-up.
+        with trio.CancelScope(deadline=math.inf if deadline is None else deadline):
             await conn.wait(False)
         # Drain: up to BATCH messages per checkpoint, re-reading the socket after each flush,
         # since replies to what was just sent (or other peers' messages) are often there by

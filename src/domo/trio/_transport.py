@@ -69,6 +69,9 @@ _get = zmq.backend.Socket.get
 _NOBLOCK: Final = int(zmq.NOBLOCK)
 _NOBLOCK_SNDMORE: Final = int(zmq.NOBLOCK | zmq.SNDMORE)
 _RCVMORE: Final = int(zmq.RCVMORE)
+_EVENTS: Final = int(zmq.EVENTS)
+_POLLIN: Final = int(zmq.POLLIN)
+_POLLIN_POLLOUT: Final = int(zmq.POLLIN | zmq.POLLOUT)
 
 
 class ZmqConnection:
@@ -79,15 +82,16 @@ class ZmqConnection:
         self._fd = cast(int, socket.getsockopt(zmq.FD))
 
     async def wait(self, writable: bool) -> None:
-        mask = zmq.POLLIN | zmq.POLLOUT if writable else zmq.POLLIN
-        if cast(int, self._socket.getsockopt(zmq.EVENTS)) & mask:
+        mask = _POLLIN_POLLOUT if writable else _POLLIN
+        socket = self._socket
+        if cast(int, _get(socket, _EVENTS)) & mask:
             await trio.lowlevel.checkpoint()  # a busy socket must not starve other tasks
             return
         while True:
             # Reading EVENTS just now re-armed the edge; nothing may touch the socket until
             # wait_readable is entered, so no checkpoint in between.
             await trio.lowlevel.wait_readable(self._fd)
-            if cast(int, self._socket.getsockopt(zmq.EVENTS)) & mask:
+            if cast(int, _get(socket, _EVENTS)) & mask:
                 return
 
     def receive(self, limit: int) -> list[list[bytes]]:
