@@ -403,7 +403,9 @@ def fmt(value: float) -> str:
 
 def table(samples: list[dict[str, Any]], systems: list[str]) -> str:
     data = medians(samples)
-    head = ["scenario", "metric", *systems, "domo/majortomo", "domo/raw"]
+    ours = [n for n in ("domo", "domo+pyzmq") if n in systems]
+    pairs = [(a, b) for a in ours for b in ("majortomo", "raw") if b in systems]
+    head = ["scenario", "metric", *systems, *(f"{a}/{b}" for a, b in pairs)]
     rows = [head]
     for scen, (_, metrics) in SCENARIOS.items():
         for metric in metrics:
@@ -416,9 +418,8 @@ def table(samples: list[dict[str, Any]], systems: list[str]) -> str:
                     continue
                 med[name] = statistics.median(values)
                 cells.append(f"{fmt(med[name])} [{fmt(min(values))}-{fmt(max(values))}]")
-            for other in ("majortomo", "raw"):
-                ok = "domo" in med and med.get(other)
-                cells.append(f"{med['domo'] / med[other]:.2f}" if ok else "-")
+            for a, b in pairs:
+                cells.append(f"{med[a] / med[b]:.2f}" if a in med and med.get(b) else "-")
             rows.append(cells)
     widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
@@ -483,8 +484,9 @@ def main() -> None:
     parser.add_argument("--no-majortomo", action="store_true")
     parser.add_argument("--json", type=Path, metavar="FILE", help="write every sample as JSON")
     parser.add_argument("--plot", type=Path, metavar="PNG", help="draw the plot (matplotlib)")
+    parser.add_argument("--report", type=Path, metavar="FILE", help="re-print a saved --json run")
     args = parser.parse_args()
-    if not args.quick:  # a full run keeps its record (the bench session passes no file)
+    if not (args.quick or args.report):  # a full run keeps its record and plot
         args.json = args.json or RESULTS / "brokers.json"
         if args.plot is None and importlib.util.find_spec("matplotlib") is not None:
             args.plot = RESULTS / "brokers.png"
@@ -510,6 +512,13 @@ def main() -> None:
         wanted = args.systems.split(",")
         systems = [s for s in systems if s.name in wanted]
 
+    if args.report:  # print (and plot) a saved run again
+        record = json.loads(args.report.read_text(encoding="utf-8"))
+        summarize(record["samples"], record["systems"])
+        if args.plot:
+            plot(record["samples"], record["systems"], args.plot)
+        return
+
     samples: list[dict[str, Any]] = []
     started = time.time()
     for rep in range(sizes.reps):
@@ -524,17 +533,7 @@ def main() -> None:
                 print(f"rep {rep} ({scen}) {system.name}: {shown}", flush=True)
 
     names = [s.name for s in systems]
-    print()
-    print(table(samples, names))
-    print()
-    results: dict[str, list[dict[str, Any]]] = {}
-    for who in ("domo", "domo+pyzmq"):
-        if who in names:
-            results[who] = goals(samples, who)
-            for g in results[who]:
-                value = "not measured" if g["value"] is None else f"{g['value']:.3g}"
-                verdict = {True: "met", False: "NOT met", None: ""}[g["met"]]
-                print(f"goal {g['goal']}: {value} {verdict}")
+    results = summarize(samples, names)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         record = {
@@ -554,6 +553,22 @@ def main() -> None:
     if args.plot:
         args.plot.parent.mkdir(parents=True, exist_ok=True)
         plot(samples, names, args.plot)
+
+
+def summarize(samples: list[dict[str, Any]], names: list[str]) -> dict[str, list[dict[str, Any]]]:
+    """Print the table and each goal against what was measured; return the goals."""
+    print()
+    print(table(samples, names))
+    print()
+    results: dict[str, list[dict[str, Any]]] = {}
+    for who in ("domo", "domo+pyzmq"):
+        if who in names:
+            results[who] = goals(samples, who)
+            for g in results[who]:
+                value = "not measured" if g["value"] is None else f"{g['value']:.3g}"
+                verdict = {True: "met", False: "NOT met", None: ""}[g["met"]]
+                print(f"goal {g['goal']}: {value} {verdict}")
+    return results
 
 
 def _cpu_model() -> str:
