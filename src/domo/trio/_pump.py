@@ -35,6 +35,7 @@ from ._transport import EAGAIN, EHOSTUNREACH, SENT, Connection
 __all__ = ["BATCH", "SessionPump", "log_event", "pump_router"]
 
 BATCH = 256  # messages handled per wake-up: one checkpoint per batch, and a flood can't hog us
+ANSWER_YIELDS = 4  # times a session pump yields after a delivery, for an answer to be queued
 
 E = TypeVar("E")
 
@@ -203,8 +204,9 @@ class SessionPump(Generic[E]):
             # What was just handed over often makes another task answer at once (a handler's
             # FINAL, a client's next request). Yield so that it can queue that while this pump
             # is awake (``kick`` then only sets a flag) rather than cancel its wait a moment
-            # later, which costs far more. Two yields: Trio may run this task first in a batch.
-            for _ in range(2):
+            # later, which costs far more. A few yields: Trio may run this task first in each
+            # batch, and a client's next request takes several steps to reach ``call``.
+            for _ in range(ANSWER_YIELDS):
                 if self._kicked:
                     break
                 await trio.lowlevel.checkpoint()
