@@ -198,18 +198,18 @@ class SessionPump(Generic[E]):
             self._handle(self.session.receive(message, now))
         self._handle(self.session.tick(now))
         self._flush(conn)
-        if self._reconnect_at is not None:
-            self._close()
-        elif messages:
+        if messages and self._reconnect_at is None:
             # What was just handed over often makes another task answer at once (a handler's
             # FINAL, a client's next request). Yield so that it can queue that while this pump
             # is awake (``kick`` then only sets a flag) rather than cancel its wait a moment
             # later, which costs far more. A few yields: Trio may run this task first in each
             # batch, and a client's next request takes several steps to reach ``call``.
             for _ in range(ANSWER_YIELDS):
-                if self._kicked:
+                if self._kicked or self._reconnect_at is not None:
                     break
                 await trio.lowlevel.checkpoint()
+        if self._reconnect_at is not None:  # also if another task's call asked for it just now
+            self._close()
 
     def _handle(self, events: list[E]) -> None:
         for event in events:
