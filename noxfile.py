@@ -71,7 +71,9 @@ def bench(session: nox.Session) -> None:
     """Every benchmark script in benchmarks/ (not ``_*.py``); e.g. ``nox -s bench -- --quick``.
 
     Options after ``--`` go to every script (each takes ``--quick``, ``--reps N``, ``--json FILE``).
+    ``brokers.py`` makes ``.bench-venvs/majortomo`` (majortomo 0.2.0 and six, never a domo
+    dependency) on first use; matplotlib draws its plot and is installed here only.
     """
-    session.install("-e", ".")
+    session.install("-e", ".", "matplotlib")
     for script in sorted(Path("benchmarks").glob("[!_]*.py")):
         session.run("python", str(script), *session.posargs)

@@ -8,7 +8,9 @@ this one, the client side. Measures:
 - throughput with N concurrent ``Client`` instances, each sending requests back to back.
 
 Usage: ``python benchmarks/trio_roundtrip.py [--requests 2000] [--clients 1 4 16]
-[--workers 2]``. Numbers on a shared, noisy 2-core machine vary by 2x between runs.
+[--workers 2] [--quick]`` (``--reps`` and ``--json`` are accepted for ``nox -s bench`` and
+ignored). ``brokers.py`` compares systems; this script is the quick look at domo alone.
+Numbers on a shared, noisy 2-core machine vary by 2x between runs.
 """
 
 from __future__ import annotations
@@ -77,7 +79,13 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=2000)
     parser.add_argument("--clients", type=int, nargs="*", default=[1, 4, 16])
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--quick", action="store_true", help="200 requests, 1 and 4 clients")
+    # Accepted so that ``nox -s bench -- --reps N`` reaches every script; one run here.
+    parser.add_argument("--reps", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--json", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.quick:
+        args.requests, args.clients = 200, [1, 4]
     if args.role == "broker":
         trio.run(_broker, args.endpoint)
         return

@@ -2,7 +2,8 @@
 
 A pump sleeps in one place, ``Connection.wait``, bounded by the machine's ``next_deadline()``;
 when it wakes it reads the time with ``trio.current_time()`` (so a ``MockClock`` applies), feeds
-up to ``BATCH`` ready messages to the machine, ticks it and flushes its outbox without blocking.
+the ready messages to the machine, ticks it and flushes its outbox without blocking (the broker's
+pump repeats this while messages keep coming, up to ``BATCH`` of them per checkpoint).
 Other tasks never touch the socket: they call the machine through ``SessionPump.call``, which
 wakes the pump (``kick``) so that whatever they queued is sent.
 
@@ -34,6 +35,7 @@ from ._transport import EAGAIN, EHOSTUNREACH, SENT, Connection
 __all__ = ["BATCH", "SessionPump", "log_event", "pump_router"]
 
 BATCH = 256  # messages handled per wake-up: one checkpoint per batch, and a flood can't hog us
+ANSWER_YIELDS = 4  # times a session pump yields after a delivery, for an answer to be queued
 
 E = TypeVar("E")
 
@@ -62,13 +64,24 @@ async def pump_router(
     receive = broker.receive
     while True:
         deadline = broker.next_deadline()
-        with trio.move_on_at(math.inf if deadline is None else deadline):
+        # A bare CancelScope: move_on_at would add a generator context manager per wake-up.
+        with trio.CancelScope(deadline=math.inf if deadline is None else deadline):
             await conn.wait(False)
-        now = trio.current_time()
-        for message in conn.receive(BATCH):
-            emit(receive(message[0], message[1:], now))
-        emit(broker.tick(now))
-        flush_router(broker, conn, now, emit)
+        # Drain: up to BATCH messages per checkpoint, re-reading the socket after each flush,
+        # since replies to what was just sent (or other peers' messages) are often there by
+        # then; a wake-up is far dearer than a message. An empty read means the socket is
+        # empty: back to ``wait``, which re-arms the edge-triggered FD before sleeping.
+        budget = BATCH
+        while True:
+            now = trio.current_time()
+            messages = conn.receive(budget)
+            for message in messages:
+                emit(receive(message[0], message[1:], now))
+            emit(broker.tick(now))
+            flush_router(broker, conn, now, emit)
+            budget -= len(messages)
+            if not messages or budget <= 0:
+                break
 
 
 def flush_router(
@@ -184,11 +197,22 @@ class SessionPump(Generic[E]):
             self._wait_scope = None
         self._kicked = False
         now = trio.current_time()
-        for message in conn.receive(BATCH):
+        messages = conn.receive(BATCH)
+        for message in messages:
             self._handle(self.session.receive(message, now))
         self._handle(self.session.tick(now))
         self._flush(conn)
-        if self._reconnect_at is not None:
+        if messages and self._reconnect_at is None:
+            # What was just handed over often makes another task answer at once (a handler's
+            # FINAL, a client's next request). Yield so that it can queue that while this pump
+            # is awake (``kick`` then only sets a flag) rather than cancel its wait a moment
+            # later, which costs far more. A few yields: Trio may run this task first in each
+            # batch, and a client's next request takes several steps to reach ``call``.
+            for _ in range(ANSWER_YIELDS):
+                if self._kicked or self._reconnect_at is not None:
+                    break
+                await trio.lowlevel.checkpoint()
+        if self._reconnect_at is not None:  # also if another task's call asked for it just now
             self._close()
 
     def _handle(self, events: list[E]) -> None:

@@ -20,6 +20,7 @@ from typing import Final, Protocol, cast
 
 import trio
 import zmq
+import zmq.backend
 
 __all__ = ["EAGAIN", "EHOSTUNREACH", "SENT", "Connection", "Transport", "ZmqTransport"]
 
@@ -62,6 +63,20 @@ class Transport(Protocol):
         """Release what the transport holds (a ZeroMQ context it created)."""
 
 
+# The socket methods of pyzmq's compiled backend, called directly on the hot path: the
+# ``zmq.Socket`` wrappers re-check their arguments on every frame.
+_COPY_BELOW: Final = zmq.COPY_THRESHOLD  # 64 KiB: a smaller frame is copied, a larger one is not
+_send = zmq.backend.Socket.send
+_recv = zmq.backend.Socket.recv
+_get = zmq.backend.Socket.get
+_NOBLOCK: Final = int(zmq.NOBLOCK)
+_NOBLOCK_SNDMORE: Final = int(zmq.NOBLOCK | zmq.SNDMORE)
+_RCVMORE: Final = int(zmq.RCVMORE)
+_EVENTS: Final = int(zmq.EVENTS)
+_POLLIN: Final = int(zmq.POLLIN)
+_POLLIN_POLLOUT: Final = int(zmq.POLLIN | zmq.POLLOUT)
+
+
 class ZmqConnection:
     """A pyzmq socket driven the edge-triggered way (see the module docstring)."""
 
@@ -70,31 +85,45 @@ class ZmqConnection:
         self._fd = cast(int, socket.getsockopt(zmq.FD))
 
     async def wait(self, writable: bool) -> None:
-        mask = zmq.POLLIN | zmq.POLLOUT if writable else zmq.POLLIN
-        if cast(int, self._socket.getsockopt(zmq.EVENTS)) & mask:
+        mask = _POLLIN_POLLOUT if writable else _POLLIN
+        socket = self._socket
+        if cast(int, _get(socket, _EVENTS)) & mask:
             await trio.lowlevel.checkpoint()  # a busy socket must not starve other tasks
             return
         while True:
             # Reading EVENTS just now re-armed the edge; nothing may touch the socket until
             # wait_readable is entered, so no checkpoint in between.
             await trio.lowlevel.wait_readable(self._fd)
-            if cast(int, self._socket.getsockopt(zmq.EVENTS)) & mask:
+            if cast(int, _get(socket, _EVENTS)) & mask:
                 return
 
     def receive(self, limit: int) -> list[list[bytes]]:
+        # pyzmq's recv_multipart, without its per-call checks: this runs for every message.
         messages: list[list[bytes]] = []
-        recv = self._socket.recv_multipart
+        socket = self._socket
+        recv, get = _recv, _get
         try:
             for _ in range(limit):
-                messages.append(recv(zmq.NOBLOCK))
+                frames = [recv(socket, _NOBLOCK)]
+                while get(socket, _RCVMORE):
+                    frames.append(recv(socket, _NOBLOCK))
+                messages.append(frames)
         except zmq.Again:
             pass
         return messages
 
     def send(self, frames: Sequence[bytes]) -> int:
+        socket = self._socket
+        send = _send
         try:
             # A multipart send is atomic: it fails on the first frame or not at all.
-            self._socket.send_multipart(frames, zmq.NOBLOCK)
+            last = len(frames) - 1
+            for index, frame in enumerate(frames):
+                flags = _NOBLOCK_SNDMORE if index < last else _NOBLOCK
+                if len(frame) < _COPY_BELOW:
+                    send(socket, frame, flags)
+                else:  # a large body leaves without a copy: ZeroMQ keeps a reference
+                    send(socket, frame, flags, False)
         except zmq.Again:
             return EAGAIN
         except zmq.ZMQError as error:

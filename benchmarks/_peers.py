@@ -1,0 +1,359 @@
+"""The processes of benchmarks/brokers.py: brokers, echo workers, clients and idle-peer farms.
+
+Run as ``python benchmarks/_peers.py ROLE SYSTEM [options]``; ``brokers.py`` starts one process
+per role and talks to it over stdin/stdout. Only ``zmq`` is imported at the top: majortomo's
+processes run in their own virtualenv, where neither domo nor Trio is installed, so each system's
+code is imported inside the function that uses it.
+
+Systems per role:
+
+- broker: ``domo`` (``serve_broker``), ``majortomo`` (its ``Broker``), ``raw`` (a ROUTER that
+  forwards bodies between clients and workers with no protocol at all: the ceiling);
+- worker and client: ``domo`` (``run_worker``, ``Client``), ``hand`` (blocking pyzmq framed by
+  hand per RFC 18, against domo's broker), ``majortomo`` (its ``Worker`` and ``Client``), ``raw``.
+
+A client process prints ``warm`` after its warm-up requests, waits for ``go`` on stdin, sends
+requests back to back on each of its sessions for ``--duration`` seconds and prints one JSON line:
+the count, the elapsed wall time and each request's latency. Every reply is checked against the
+body sent, so a broken system fails rather than printing a fast number.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from collections import deque
+from functools import partial
+from typing import Any
+
+import zmq
+
+CLIENT = b"MDPC02"
+WORKER = b"MDPW02"
+C_REQUEST, C_FINAL = b"\x01", b"\x03"  # RFC 18's client commands (majortomo numbers its own)
+W_READY, W_REQUEST, W_FINAL, W_HEARTBEAT = b"\x01", b"\x02", b"\x04", b"\x05"
+RAW_READY = b"ready"  # the raw forwarder's only "protocol": a worker says it exists
+SERVICE = b"echo"
+
+Socket = zmq.Socket[bytes]
+
+
+def _context(sockets: int = 64) -> zmq.Context[Socket]:
+    context: zmq.Context[Socket] = zmq.Context()
+    context.set(zmq.MAX_SOCKETS, sockets + 64)
+    return context
+
+
+# --- brokers -----------------------------------------------------------------------------------
+
+
+def broker(system: str, endpoint: str, heartbeat: float) -> None:
+    """Serve on ``endpoint`` until killed; print ``ready`` once bound."""
+    if system == "domo":
+        import trio
+
+        from domo.protocol import BrokerConfig
+        from domo.trio import serve_broker
+
+        async def serve() -> None:
+            async with trio.open_nursery() as nursery:
+                config = BrokerConfig(heartbeat_interval=heartbeat)
+                await nursery.start(partial(serve_broker, endpoint, config=config))
+                print("ready", flush=True)
+
+        trio.run(serve)
+    elif system == "majortomo":
+        from majortomo.broker import Broker
+
+        mt = Broker(bind=endpoint, heartbeat_interval=heartbeat, zmq_context=_context())
+        mt.bind()
+        print("ready", flush=True)
+        while True:
+            message = mt.receive()
+            if message:
+                mt.handle_message(message)
+    else:
+        _raw_forwarder(endpoint)
+
+
+def _raw_forwarder(endpoint: str) -> None:
+    """Clients send ``[body]``, workers ``[client, body]``: a queue of idle workers, no checks."""
+    socket = _context().socket(zmq.ROUTER)
+    socket.bind(endpoint)
+    print("ready", flush=True)
+    idle: deque[bytes] = deque()
+    waiting: deque[list[Any]] = deque()  # zmq.Frame lists
+    workers: set[bytes] = set()
+    while True:
+        frames = socket.recv_multipart(copy=False)
+        peer = frames[0].bytes
+        if peer in workers:
+            socket.send_multipart(frames[1:], copy=False)  # [client, body...] -> the client
+            idle.append(peer)
+        elif len(frames) == 2 and frames[1].bytes == RAW_READY:
+            workers.add(peer)
+            idle.append(peer)
+        else:
+            waiting.append(frames)
+        while idle and waiting:
+            socket.send_multipart([idle.popleft(), *waiting.popleft()], copy=False)
+
+
+# --- workers -----------------------------------------------------------------------------------
+
+
+def worker(system: str, endpoint: str, heartbeat: float) -> None:
+    """One echo worker for ``echo`` until killed."""
+    if system == "domo":
+        import trio
+
+        from domo.protocol import WorkerConfig
+        from domo.trio import run_worker
+
+        async def echo(body: list[bytes]) -> list[bytes]:
+            return body
+
+        config = WorkerConfig(heartbeat_interval=heartbeat)
+        trio.run(lambda: run_worker(endpoint, SERVICE, echo, config=config))
+    elif system == "majortomo":
+        import majortomo
+
+        mt = majortomo.Worker(endpoint, SERVICE, heartbeat_interval=heartbeat)
+        mt.connect()
+        while True:
+            client, body = mt.wait_for_request()
+            mt.send_reply_final(client, body)
+    elif system == "hand":
+        _hand_worker(endpoint, heartbeat)
+    else:
+        socket = _context().socket(zmq.DEALER)
+        socket.connect(endpoint)
+        socket.send(RAW_READY)
+        while True:
+            socket.send_multipart(socket.recv_multipart(copy=False), copy=False)
+
+
+def _hand_worker(endpoint: str, heartbeat: float) -> None:
+    socket = _context().socket(zmq.DEALER)
+    socket.connect(endpoint)
+    socket.send_multipart([WORKER, W_READY, SERVICE])
+    last_sent = time.monotonic()
+    while True:
+        if socket.poll(int(heartbeat * 1000)):
+            frames = socket.recv_multipart(copy=False)
+            if frames[1].bytes == W_REQUEST:
+                # [header, REQUEST, client, empty, body...] -> [header, FINAL, client, empty, body]
+                socket.send_multipart([WORKER, W_FINAL, *frames[2:]], copy=False)
+                last_sent = time.monotonic()
+        if time.monotonic() - last_sent >= heartbeat:
+            socket.send_multipart([WORKER, W_HEARTBEAT])
+            last_sent = time.monotonic()
+
+
+# --- clients -----------------------------------------------------------------------------------
+
+
+def client(
+    system: str, endpoint: str, sessions: int, size: int, duration: float, pause: float
+) -> None:
+    """Warm up, print ``warm``, wait for ``go``, measure, print the JSON record.
+
+    ``pause``: seconds each session waits after a reply before its next request.
+    """
+    body = os.urandom(size)
+    if system == "domo":
+        record = _domo_client(endpoint, sessions, body, duration, pause)
+    else:
+        record = _blocking_client(system, endpoint, sessions, body, duration, pause)
+    print(json.dumps(record), flush=True)
+
+
+def _wait_for_go() -> None:
+    print("warm", flush=True)
+    line = sys.stdin.readline()
+    assert line.strip() == "go", line
+
+
+def _domo_client(
+    endpoint: str, sessions: int, body: bytes, duration: float, pause: float
+) -> dict[str, Any]:
+    import trio
+
+    from domo.trio import Client
+
+    latencies: list[float] = []
+
+    async def loop(client: Client, stop: float) -> None:
+        while time.perf_counter() < stop:
+            start = time.perf_counter()
+            reply = await client.request(SERVICE, body)
+            latencies.append(time.perf_counter() - start)
+            assert reply == [body]
+            if pause:
+                await trio.sleep(pause)
+
+    async def run() -> dict[str, Any]:
+        async with Client(endpoint, concurrency=sessions, timeout=30.0) as client:
+            async with trio.open_nursery() as nursery:
+                stop = time.perf_counter() + 0.3
+                for _ in range(sessions):
+                    nursery.start_soon(loop, client, stop)
+            latencies.clear()
+            await trio.to_thread.run_sync(_wait_for_go)
+            start = time.perf_counter()
+            async with trio.open_nursery() as nursery:
+                for _ in range(sessions):
+                    nursery.start_soon(loop, client, start + duration)
+            elapsed = time.perf_counter() - start
+        return {"count": len(latencies), "elapsed": elapsed, "latencies": latencies}
+
+    return trio.run(run)
+
+
+class _Session:
+    """One blocking request at a time on one DEALER, framed for a given system."""
+
+    def __init__(self, system: str, context: zmq.Context[Socket], endpoint: str) -> None:
+        self.system = system
+        if system == "majortomo":
+            import majortomo
+
+            self.mt = majortomo.Client(endpoint, zmq_context=context)
+            self.mt.connect()
+            self.socket: Socket = self.mt._socket  # to poll many sessions at once
+        else:
+            self.socket = context.socket(zmq.DEALER)
+            self.socket.connect(endpoint)
+        self.started = 0.0
+
+    def send(self, body: bytes) -> None:
+        self.started = time.perf_counter()
+        if self.system == "majortomo":
+            self.mt.send(SERVICE, body)
+        elif self.system == "hand":
+            self.socket.send_multipart([CLIENT, C_REQUEST, SERVICE, body], copy=len(body) < 65536)
+        else:
+            self.socket.send_multipart([body], copy=len(body) < 65536)
+
+    def receive(self, body: bytes) -> None:
+        """Take the reply (the socket is readable) and check it."""
+        if self.system == "majortomo":
+            reply = self.mt.recv_part(timeout=1.0)
+            assert reply == [body]
+            assert not self.mt._expect_reply
+        elif self.system == "hand":
+            frames = self.socket.recv_multipart()
+            assert frames == [CLIENT, C_FINAL, SERVICE, body], frames[:3]
+        else:
+            assert self.socket.recv() == body
+
+
+def _blocking_client(
+    system: str, endpoint: str, count: int, body: bytes, duration: float, pause: float
+) -> dict[str, Any]:
+    context = _context(count)
+    sessions = [_Session(system, context, endpoint) for _ in range(count)]
+    by_socket = {s.socket: s for s in sessions}
+    poller = zmq.Poller()
+    for s in sessions:
+        poller.register(s.socket, zmq.POLLIN)
+    latencies: list[float] = []
+
+    def run(stop: float) -> None:
+        for s in sessions:
+            s.send(body)
+        busy = len(sessions)
+        while busy:
+            ready = poller.poll(10_000)
+            assert ready, "no reply in 10 s"
+            for sock, _ in ready:
+                s = by_socket[sock]
+                s.receive(body)
+                now = time.perf_counter()
+                latencies.append(now - s.started)
+                if now < stop:
+                    if pause:
+                        time.sleep(pause)  # only (d) pauses, with a single session
+                    s.send(body)
+                else:
+                    busy -= 1
+
+    run(time.perf_counter() + 0.3)
+    latencies.clear()
+    _wait_for_go()
+    start = time.perf_counter()
+    run(start + duration)
+    elapsed = time.perf_counter() - start
+    return {"count": len(latencies), "elapsed": elapsed, "latencies": latencies}
+
+
+# --- farms of idle peers -----------------------------------------------------------------------
+
+
+def farm(framing: str, endpoint: str, count: int, kind: str, heartbeat: float) -> None:
+    """``count`` idle workers (READY for ``idle``, then heartbeats) or queued requests.
+
+    ``kind`` is ``workers`` or ``requests`` (each socket sends one REQUEST for a service no
+    worker offers, so the broker queues it). ``framing`` is ``domo`` (RFC 18), ``majortomo``
+    or ``raw`` (the forwarder's: a worker says ``ready``, a request is a body). Prints ``sent``
+    when every socket has spoken, then keeps heartbeating (workers) and discarding what arrives
+    until killed.
+    """
+    context = _context(count)
+    sockets = []
+    for _ in range(count):
+        socket = context.socket(zmq.DEALER)
+        socket.setsockopt(zmq.LINGER, 0)
+        socket.connect(endpoint)
+        sockets.append(socket)
+    delimiter = [b""] if framing == "majortomo" else []
+    ready = [WORKER, W_READY, b"idle"]
+    beat = [WORKER, W_HEARTBEAT]
+    request = [CLIENT, b"\x02" if framing == "majortomo" else C_REQUEST, b"nobody", b"x"]
+    if framing == "raw":  # the forwarder's baseline: what ZeroMQ alone holds per connection
+        ready, request = [RAW_READY], [b"x"]
+    first = ready if kind == "workers" else request
+    for socket in sockets:
+        socket.send_multipart([*delimiter, *first])
+    print("sent", flush=True)
+    poller = zmq.Poller()
+    for socket in sockets:
+        poller.register(socket, zmq.POLLIN)
+    next_beat = time.monotonic() + heartbeat
+    while True:
+        for socket, _ in poller.poll(int(max(0.0, next_beat - time.monotonic()) * 1000)):
+            socket.recv_multipart()
+        if kind == "workers" and framing != "raw" and time.monotonic() >= next_beat:
+            next_beat += heartbeat
+            for socket in sockets:
+                socket.send_multipart([*delimiter, *beat])
+
+
+def main() -> None:
+    args = argparse.ArgumentParser(description=__doc__)
+    args.add_argument("role", choices=["broker", "worker", "client", "farm"])
+    args.add_argument("system")
+    args.add_argument("endpoint")
+    args.add_argument("--heartbeat", type=float, default=2.5)
+    args.add_argument("--sessions", type=int, default=1)
+    args.add_argument("--size", type=int, default=16)
+    args.add_argument("--duration", type=float, default=2.0)
+    args.add_argument("--pause", type=float, default=0.0)
+    args.add_argument("--count", type=int, default=1)
+    args.add_argument("--kind", default="workers")
+    a = args.parse_args()
+    if a.role == "broker":
+        broker(a.system, a.endpoint, a.heartbeat)
+    elif a.role == "worker":
+        worker(a.system, a.endpoint, a.heartbeat)
+    elif a.role == "client":
+        client(a.system, a.endpoint, a.sessions, a.size, a.duration, a.pause)
+    else:
+        farm(a.system, a.endpoint, a.count, a.kind, a.heartbeat)
+
+
+if __name__ == "__main__":
+    main()

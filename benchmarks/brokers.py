@@ -1,0 +1,586 @@
+"""domo's broker beside majortomo's and a raw pyzmq forwarder, each in its own processes.
+
+Systems (broker / workers and clients):
+
+- ``domo``: ``serve_broker`` / ``run_worker`` and ``Client``;
+- ``domo+pyzmq``: ``serve_broker`` / blocking pyzmq peers framed by hand (broker cost alone);
+- ``majortomo``: majortomo 0.2.0's ``Broker`` / its ``Worker`` and ``Client`` (its own variant
+  of the framing), run from ``.bench-venvs/majortomo``, which this script creates with
+  ``python -m venv`` and pip the first time (``--no-majortomo`` skips it);
+- ``raw``: a ROUTER forwarding bodies between DEALERs with no protocol logic: the ceiling for a
+  brokered round trip.
+
+Scenarios: (a) one client, one request at a time, one echo worker, 16-byte bodies; (b) 8 client
+processes x 8 sessions = 64 in flight, 4 echo workers; (c) 1 MiB bodies, 8 in flight, 4 workers;
+(d) 2,000 idle workers heartbeating every second plus (a)'s client and worker, the client
+pausing 20 ms between requests (the broker's CPU is then mostly the heartbeats'); (e) 10,000
+workers registering (broker RSS, time until the broker is quiet again) and, on a fresh broker,
+10,000 queued requests (for the raw forwarder: connections that say "ready" or send a body,
+which is what ZeroMQ itself holds per peer). Scenarios and systems are interleaved (a: A B C D,
+b: A B C D, ..., then again) over ``--reps`` repetitions so that drift hits every system alike;
+medians and min-max are reported, with the ratios domo/majortomo and domo/raw against the goals
+of issue 5.
+
+Broker CPU is the broker process's own user+system time (``/proc/PID/stat``, which is what
+``getrusage`` reports inside it) over the measured window; RSS is its ``VmRSS``.
+
+``--quick`` (the CI smoke test): tiny sizes, one repetition, no majortomo, no plot.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import math
+import os
+import platform
+import select
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+PEERS = Path(__file__).resolve().with_name("_peers.py")
+MAJORTOMO_VENV = ROOT / ".bench-venvs" / "majortomo"
+RESULTS = ROOT / "benchmarks" / "results"
+MIB = 1 << 20
+FDS_PER_FARM = 4000  # sockets per farm process: two descriptors each, under a 20,000 limit
+
+
+@dataclass(frozen=True)
+class System:
+    """Which code runs the broker and which the peers, and with which interpreter."""
+
+    name: str
+    python: str
+    broker: str
+    peers: str
+    framing: str  # for the idle-peer farms: "domo" (RFC 18), "majortomo" or "raw"
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """How big each scenario is; ``--quick`` shrinks them."""
+
+    reps: int
+    duration: float
+    idle_workers: int
+    register_workers: int
+    queued_requests: int
+    big_body: int
+
+
+FULL = Sizes(reps=3, duration=3.0, idle_workers=2000, register_workers=10_000,
+             queued_requests=10_000, big_body=MIB)  # fmt: skip
+QUICK = Sizes(reps=1, duration=0.3, idle_workers=50, register_workers=200,
+              queued_requests=200, big_body=MIB)  # fmt: skip
+
+
+# --- processes ---------------------------------------------------------------------------------
+
+
+def _free_endpoint() -> str:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return f"tcp://127.0.0.1:{s.getsockname()[1]}"
+
+
+class Group:
+    """Processes started for one run; each is killed by its PID when the run ends."""
+
+    def __init__(self) -> None:
+        self.procs: list[subprocess.Popen[str]] = []
+
+    def start(self, python: str, *args: object) -> subprocess.Popen[str]:
+        proc = subprocess.Popen(
+            [python, str(PEERS), *map(str, args)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            cwd=ROOT,
+        )
+        self.procs.append(proc)
+        return proc
+
+    def close(self) -> None:
+        for proc in self.procs:
+            proc.kill()
+        for proc in self.procs:
+            proc.wait(timeout=30)
+            for pipe in (proc.stdin, proc.stdout):
+                if pipe is not None:
+                    pipe.close()
+
+
+@contextmanager
+def group() -> Iterator[Group]:
+    g = Group()
+    try:
+        yield g
+    finally:
+        g.close()
+
+
+def read_line(proc: subprocess.Popen[str], timeout: float) -> str:
+    """The next line the process prints; fails if it prints none in ``timeout`` s or exits."""
+    out = proc.stdout
+    assert out is not None
+    ready, _, _ = select.select([out], [], [], timeout)
+    line = out.readline() if ready else ""
+    if not line:
+        raise RuntimeError(f"{_who(proc)} printed nothing in {timeout} s (rc {proc.poll()})")
+    return line.strip()
+
+
+def _who(proc: subprocess.Popen[str]) -> str:
+    args = proc.args
+    return " ".join(map(str, args[2:4])) if isinstance(args, list) else str(args)
+
+
+def expect(proc: subprocess.Popen[str], word: str, timeout: float = 60.0) -> None:
+    line = read_line(proc, timeout)
+    if line != word:
+        raise RuntimeError(f"{_who(proc)} said {line!r}, not {word!r}")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU of a process so far (all its threads), from /proc."""
+    with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def rss_bytes(pid: int) -> int:
+    with open(f"/proc/{pid}/status", encoding="ascii") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError("no VmRSS")
+
+
+def wait_quiet(pid: int, since: float, limit: float, quiet: float = 1.0) -> float:
+    """Seconds from ``since`` until the process last used CPU, once quiet for ``quiet`` s."""
+    last_cpu, last_busy = cpu_seconds(pid), time.perf_counter()
+    while time.perf_counter() - last_busy < quiet:
+        if time.perf_counter() - since > limit:
+            raise RuntimeError(f"broker still busy after {limit} s")
+        time.sleep(0.05)
+        now_cpu = cpu_seconds(pid)
+        if now_cpu != last_cpu:
+            last_cpu, last_busy = now_cpu, time.perf_counter()
+    return last_busy - since
+
+
+# --- scenarios ---------------------------------------------------------------------------------
+
+
+def load_run(
+    system: System,
+    *,
+    workers: int,
+    clients: int,
+    sessions: int,
+    size: int,
+    duration: float,
+    idle: int = 0,
+    heartbeat: float = 2.5,
+    pause: float = 0.0,
+) -> dict[str, float]:
+    """Broker, workers, clients (and optionally idle workers); one measured window."""
+    endpoint = _free_endpoint()
+    py = system.python
+    with group() as g:
+        broker = g.start(py, "broker", system.broker, endpoint, "--heartbeat", heartbeat)
+        expect(broker, "ready")
+        farms = _start_farms(g, system, endpoint, idle, "workers", heartbeat)
+        for _ in range(workers):
+            g.start(py, "worker", system.peers, endpoint, "--heartbeat", heartbeat)
+        peers = [
+            g.start(
+                py,
+                "client",
+                system.peers,
+                endpoint,
+                "--sessions",
+                sessions,
+                "--size",
+                size,
+                "--duration",
+                duration,
+                "--pause",
+                pause,
+            )
+            for _ in range(clients)
+        ]
+        for farm in farms:
+            expect(farm, "sent")
+        for peer in peers:
+            expect(peer, "warm")
+        if idle:
+            time.sleep(2 * heartbeat)  # registered, and heartbeating at a steady pace
+        cpu0, t0 = cpu_seconds(broker.pid), time.perf_counter()
+        for peer in peers:
+            assert peer.stdin is not None
+            peer.stdin.write("go\n")
+            peer.stdin.flush()
+        records = [json.loads(read_line(peer, duration + 60)) for peer in peers]
+        cpu1, t1 = cpu_seconds(broker.pid), time.perf_counter()
+    latencies = sorted(x for r in records for x in r["latencies"])
+    count = sum(r["count"] for r in records)
+    rate = sum(r["count"] / r["elapsed"] for r in records)
+    return {
+        "requests": count,
+        "requests_per_s": rate,
+        "p50_us": statistics.median(latencies) * 1e6,
+        "p99_us": latencies[min(len(latencies) - 1, math.ceil(0.99 * len(latencies)) - 1)] * 1e6,
+        "broker_cpu_us_per_request": (cpu1 - cpu0) / count * 1e6,
+        "broker_cpu_percent": (cpu1 - cpu0) / (t1 - t0) * 100,
+        "mib_per_s": rate * size / MIB,
+    }
+
+
+def _start_farms(
+    g: Group, system: System, endpoint: str, count: int, kind: str, heartbeat: float
+) -> list[subprocess.Popen[str]]:
+    farms = []
+    while count > 0:
+        n = min(count, FDS_PER_FARM)
+        count -= n
+        farms.append(
+            g.start(
+                system.python,
+                "farm",
+                system.framing,
+                endpoint,
+                "--count",
+                n,
+                "--kind",
+                kind,
+                "--heartbeat",
+                heartbeat,
+            )
+        )
+    return farms
+
+
+def core_memory(workers: int, requests: int) -> dict[str, float]:
+    """Bytes the sans-IO core allocates per registered worker and per queued request.
+
+    Measured with ``tracemalloc`` in this process (the peers' identities excluded), to tell
+    domo's own share of the broker's RSS from ZeroMQ's per-connection buffers.
+    """
+    import tracemalloc
+
+    from domo.protocol import Broker
+
+    workers_ids = [b"W%08d" % i for i in range(workers)]
+    client_ids = [b"C%08d" % i for i in range(requests)]
+    tracemalloc.start()
+    try:
+        broker = Broker()
+        start = tracemalloc.get_traced_memory()[0]
+        for peer in workers_ids:
+            broker.receive(peer, [b"MDPW02", b"\x01", b"idle"], now=1.0)
+        broker.take_outgoing()
+        registered = tracemalloc.get_traced_memory()[0]
+        for peer in client_ids:
+            broker.receive(peer, [b"MDPC02", b"\x01", b"nobody", b"x"], now=1.0)
+        queued = tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+    assert broker.queued(b"nobody") == requests
+    assert len(broker.workers()) == workers
+    return {
+        "core_bytes_per_worker": (registered - start) / workers,
+        "core_bytes_per_queued_request": (queued - registered) / requests,
+    }
+
+
+def register_run(system: System, workers: int, requests: int) -> dict[str, float]:
+    """(e): RSS and time to register ``workers`` idle workers; RSS of ``requests`` queued."""
+    result: dict[str, float] = {}
+    if system.broker == "domo":
+        result.update(core_memory(workers, requests))
+    for kind, count in (("workers", workers), ("requests", requests)):
+        endpoint = _free_endpoint()
+        with group() as g:
+            broker = g.start(system.python, "broker", system.broker, endpoint, "--heartbeat", 60)
+            expect(broker, "ready")
+            time.sleep(0.5)
+            before = rss_bytes(broker.pid)
+            start = time.perf_counter()
+            for farm in _start_farms(g, system, endpoint, count, kind, 60.0):
+                expect(farm, "sent", timeout=120)
+            busy_for = wait_quiet(broker.pid, start, limit=300)
+            grown = rss_bytes(broker.pid) - before
+        if kind == "workers":
+            result["register_s"] = busy_for
+            result["rss_bytes_per_worker"] = grown / count
+        else:
+            result["rss_bytes_per_queued_request"] = grown / count
+    return result
+
+
+# --- the run, the table, the goals -------------------------------------------------------------
+
+SCENARIOS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "a": ("1 client, 1 in flight, 1 worker, 16 B", ("requests_per_s", "p50_us", "p99_us")),
+    "b": (
+        "64 in flight (8 procs x 8), 4 workers, 16 B",
+        ("requests_per_s", "p50_us", "p99_us", "broker_cpu_us_per_request"),
+    ),
+    "c": ("1 MiB bodies, 8 in flight, 4 workers", ("mib_per_s", "p50_us")),
+    "d": ("idle workers at 1 s heartbeat + 1 client", ("broker_cpu_percent", "p50_us", "p99_us")),
+    "e": (
+        "workers registering; queued requests",
+        (
+            "register_s",
+            "rss_bytes_per_worker",
+            "rss_bytes_per_queued_request",
+            "core_bytes_per_worker",
+            "core_bytes_per_queued_request",
+        ),
+    ),
+}
+
+# (scenario, metric, numerator, denominator, bound, "ge"/"le"); a denominator None: absolute.
+GOALS: list[tuple[str, str, str, str | None, float, str]] = [
+    ("b", "requests_per_s", "domo", "majortomo", 2.5, "ge"),
+    ("b", "requests_per_s", "domo", "raw", 1.0, "ge"),
+    ("b", "broker_cpu_us_per_request", "domo", "majortomo", 0.4, "le"),
+    ("a", "p50_us", "domo", "raw", 1.1, "le"),
+    ("c", "mib_per_s", "domo", "raw", 0.9, "ge"),
+    ("d", "broker_cpu_percent", "domo", None, 10.0, "le"),
+    ("e", "rss_bytes_per_worker", "domo", None, 2048.0, "le"),
+]
+
+
+def run_scenario(name: str, system: System, sizes: Sizes) -> dict[str, float]:
+    d = sizes.duration
+    if name == "a":
+        return load_run(system, workers=1, clients=1, sessions=1, size=16, duration=d)
+    if name == "b":
+        return load_run(system, workers=4, clients=8, sessions=8, size=16, duration=d)
+    if name == "c":
+        return load_run(system, workers=4, clients=1, sessions=8, size=sizes.big_body, duration=d)
+    if name == "d":
+        return load_run(system, workers=1, clients=1, sessions=1, size=16, duration=d,
+                        idle=sizes.idle_workers, heartbeat=1.0, pause=0.02)  # fmt: skip
+    return register_run(system, sizes.register_workers, sizes.queued_requests)
+
+
+def majortomo_python() -> str:
+    """The virtualenv with majortomo 0.2.0 and six, created on first use."""
+    python = MAJORTOMO_VENV / "bin" / "python"
+    if not python.exists():
+        print(f"creating {MAJORTOMO_VENV} (majortomo 0.2.0, six)", flush=True)
+        subprocess.run([sys.executable, "-m", "venv", str(MAJORTOMO_VENV)], check=True)
+        subprocess.run(
+            [str(python), "-m", "pip", "install", "-q", "majortomo==0.2.0", "six"], check=True
+        )
+    return str(python)
+
+
+def medians(samples: list[dict[str, Any]]) -> dict[tuple[str, str, str], list[float]]:
+    out: dict[tuple[str, str, str], list[float]] = {}
+    for s in samples:
+        for metric, value in s["metrics"].items():
+            out.setdefault((s["scenario"], s["system"], metric), []).append(value)
+    return out
+
+
+def fmt(value: float) -> str:
+    return f"{value:.3g}" if value < 100 else f"{value:.0f}"
+
+
+def table(samples: list[dict[str, Any]], systems: list[str]) -> str:
+    data = medians(samples)
+    ours = [n for n in ("domo", "domo+pyzmq") if n in systems]
+    pairs = [(a, b) for a in ours for b in ("majortomo", "raw") if b in systems]
+    head = ["scenario", "metric", *systems, *(f"{a}/{b}" for a, b in pairs)]
+    rows = [head]
+    for scen, (_, metrics) in SCENARIOS.items():
+        for metric in metrics:
+            cells = [scen, metric]
+            med: dict[str, float] = {}
+            for name in systems:
+                values = data.get((scen, name, metric))
+                if not values:
+                    cells.append("-")
+                    continue
+                med[name] = statistics.median(values)
+                cells.append(f"{fmt(med[name])} [{fmt(min(values))}-{fmt(max(values))}]")
+            for a, b in pairs:
+                cells.append(f"{med[a] / med[b]:.2f}" if a in med and med.get(b) else "-")
+            rows.append(cells)
+    widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def goals(samples: list[dict[str, Any]], system: str = "domo") -> list[dict[str, Any]]:
+    """Each goal of issue 5 with the value measured for ``system``, or None if not measured."""
+    data = medians(samples)
+    out = []
+    for scen, metric, _, den, bound, how in GOALS:
+        num_values = data.get((scen, system, metric))
+        den_values = data.get((scen, den, metric)) if den else [1.0]
+        value = None
+        if num_values and den_values:
+            value = statistics.median(num_values) / statistics.median(den_values)
+        met = None if value is None else (value >= bound if how == "ge" else value <= bound)
+        label = f"({scen}) {metric} {system}" + (f"/{den}" if den else "")
+        out.append({"goal": f"{label} {'>=' if how == 'ge' else '<='} {bound:g}",
+                    "value": value, "met": met})  # fmt: skip
+    return out
+
+
+def plot(samples: list[dict[str, Any]], systems: list[str], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = [
+        ("a", "p50_us", "(a) p50 latency, µs (lower is better)"),
+        ("b", "requests_per_s", "(b) requests/s, 64 in flight"),
+        ("b", "broker_cpu_us_per_request", "(b) broker CPU µs/request (lower)"),
+        ("c", "mib_per_s", "(c) MiB/s, 1 MiB bodies"),
+        ("d", "broker_cpu_percent", "(d) broker CPU %, idle workers (lower)"),
+        ("e", "rss_bytes_per_worker", "(e) broker RSS bytes/worker (lower)"),
+    ]
+    data = medians(samples)
+    fig, axes = plt.subplots(2, 3, figsize=(13, 7))
+    for ax, (scen, metric, title) in zip(axes.flat, panels, strict=True):
+        names = [s for s in systems if data.get((scen, s, metric))]
+        values = [data[(scen, s, metric)] for s in names]
+        mids = [statistics.median(v) for v in values]
+        errs = [[m - min(v) for m, v in zip(mids, values, strict=True)],
+                [max(v) - m for m, v in zip(mids, values, strict=True)]]  # fmt: skip
+        ax.bar(names, mids, yerr=errs, capsize=4, color="#4c72b0")
+        ax.set_title(title, fontsize=10)
+        ax.tick_params(axis="x", labelsize=8)
+    fig.suptitle("domo, majortomo and a raw pyzmq forwarder (medians, min-max bars)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="tiny sizes, 1 rep, no majortomo")
+    parser.add_argument("--reps", type=int, help="repetitions (default 3; 1 with --quick)")
+    parser.add_argument("--duration", type=float, help="seconds per measured window")
+    parser.add_argument("--scenarios", default="abcde")
+    parser.add_argument("--systems", help="comma-separated subset of the systems")
+    parser.add_argument("--no-majortomo", action="store_true")
+    parser.add_argument("--json", type=Path, metavar="FILE", help="write every sample as JSON")
+    parser.add_argument("--plot", type=Path, metavar="PNG", help="draw the plot (matplotlib)")
+    parser.add_argument("--report", type=Path, metavar="FILE", help="re-print a saved --json run")
+    args = parser.parse_args()
+    if not (args.quick or args.report):  # a full run keeps its record and plot
+        args.json = args.json or RESULTS / "brokers.json"
+        if args.plot is None and importlib.util.find_spec("matplotlib") is not None:
+            args.plot = RESULTS / "brokers.png"
+    if args.plot and importlib.util.find_spec("matplotlib") is None:
+        print("matplotlib is not installed: no plot", file=sys.stderr)
+        args.plot = None
+    sizes = QUICK if args.quick else FULL
+    if args.reps or args.duration:
+        sizes = Sizes(args.reps or sizes.reps, args.duration or sizes.duration,
+                      *list(vars(sizes).values())[2:])  # fmt: skip
+
+    py = sys.executable
+    systems = [
+        System("domo", py, "domo", "domo", "domo"),
+        System("domo+pyzmq", py, "domo", "hand", "domo"),
+        System("raw", py, "raw", "raw", "raw"),
+    ]
+    if not (args.quick or args.no_majortomo):
+        systems.insert(
+            2, System("majortomo", majortomo_python(), "majortomo", "majortomo", "majortomo")
+        )
+    if args.systems:
+        wanted = args.systems.split(",")
+        systems = [s for s in systems if s.name in wanted]
+
+    if args.report:  # print (and plot) a saved run again
+        record = json.loads(args.report.read_text(encoding="utf-8"))
+        summarize(record["samples"], record["systems"])
+        if args.plot:
+            plot(record["samples"], record["systems"], args.plot)
+        return
+
+    samples: list[dict[str, Any]] = []
+    started = time.time()
+    for rep in range(sizes.reps):
+        for scen in args.scenarios:
+            for system in systems:
+                if scen == "d" and system.broker == "raw":
+                    continue  # no heartbeats: nothing to compare
+                metrics = run_scenario(scen, system, sizes)
+                samples.append({"scenario": scen, "system": system.name, "rep": rep,
+                                "metrics": metrics})  # fmt: skip
+                shown = ", ".join(f"{k} {fmt(v)}" for k, v in metrics.items())
+                print(f"rep {rep} ({scen}) {system.name}: {shown}", flush=True)
+
+    names = [s.name for s in systems]
+    results = summarize(samples, names)
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        record = {
+            "script": "benchmarks/brokers.py",
+            "python": sys.version.split()[0],
+            "platform": platform.platform(),
+            "cpus": os.cpu_count(),
+            "cpu_model": _cpu_model(),
+            "started": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(started)),
+            "seconds": round(time.time() - started),
+            "sizes": vars(sizes),
+            "systems": names,
+            "samples": samples,
+            "goals": results,
+        }
+        args.json.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
+    if args.plot:
+        args.plot.parent.mkdir(parents=True, exist_ok=True)
+        plot(samples, names, args.plot)
+
+
+def summarize(samples: list[dict[str, Any]], names: list[str]) -> dict[str, list[dict[str, Any]]]:
+    """Print the table and each goal against what was measured; return the goals."""
+    print()
+    print(table(samples, names))
+    print()
+    results: dict[str, list[dict[str, Any]]] = {}
+    for who in ("domo", "domo+pyzmq"):
+        if who in names:
+            results[who] = goals(samples, who)
+            for g in results[who]:
+                value = "not measured" if g["value"] is None else f"{g['value']:.3g}"
+                verdict = {True: "met", False: "NOT met", None: ""}[g["met"]]
+                print(f"goal {g['goal']}: {value} {verdict}")
+    return results
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor()
+
+
+if __name__ == "__main__":
+    main()
