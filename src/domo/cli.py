@@ -29,6 +29,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
+from pathlib import Path
 from typing import Final
 
 import trio
@@ -68,6 +69,7 @@ EXIT_USAGE: Final = 2  # bad command line (argparse's own code)
 EXIT_TIMEOUT: Final = 3  # call: no FINAL in time after every retry
 EXIT_REMOTE_ERROR: Final = 4  # call: the worker's handler failed (MDP-D-23 error reply)
 EXIT_ENDPOINT: Final = 5  # an endpoint could not be bound or connected
+EXIT_FINDINGS: Final = 1  # fuzz: the target broke at least one rule
 EXIT_INTERRUPTED: Final = 130  # call: stopped by SIGINT (128 + 2, the shell's convention)
 
 DEFAULT_ENDPOINT: Final = "tcp://127.0.0.1:5555"
@@ -140,6 +142,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_worker(commands)
     _add_call(commands)
     _add_demo(commands)
+    _add_fuzz(commands)
     return parser
 
 
@@ -359,6 +362,133 @@ def _add_connect_option(sub: argparse.ArgumentParser) -> None:
         metavar="ENDPOINT",
         help="the broker's endpoint, tcp:// or ipc:// (default: %(default)s)",
     )
+
+
+def _add_fuzz(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    defaults = BrokerConfig()
+    sub = _subcommand(
+        commands,
+        "fuzz",
+        "check an MDP/0.2 broker against domo's model, with generated scenarios",
+        "Play many clients and workers against the broker at ENDPOINT with scenarios that "
+        "Hypothesis generates and shrinks, and check every message it sends against the rules of "
+        "specs/mdp-0.2.md. Start the broker with a short --heartbeat-interval and give the same "
+        "--heartbeat-interval and --liveness here. Each violation is printed with its rule id and "
+        "a shrunk scenario, saved for --replay. Exit 0: nothing found; 1: violations found; 2: "
+        "usage error; 3: no broker answered at ENDPOINT.",
+        _fuzz,
+        "warning",
+        prepare=_check_fuzz,
+    )
+    sub.add_argument(
+        "endpoint",
+        metavar="ENDPOINT",
+        type=partial(_endpoint, CONNECT_SCHEMES),
+        help="the broker to check (tcp:// or ipc://)",
+    )
+    sub.add_argument(
+        "--target",
+        choices=["broker"],
+        default="broker",
+        help="what ENDPOINT is (only broker so far; default: %(default)s)",
+    )
+    _add_heartbeat_options(sub, defaults.heartbeat_interval, defaults.liveness)
+    sub.add_argument(
+        "--examples",
+        type=partial(_integer, least=1),
+        default=100,
+        metavar="N",
+        help="scenarios to run at most (default: %(default)s)",
+    )
+    sub.add_argument(
+        "--max-steps",
+        type=partial(_integer, least=1),
+        default=12,
+        metavar="N",
+        help="steps per scenario at most (default: %(default)s)",
+    )
+    sub.add_argument(
+        "--time-budget",
+        type=_positive_float,
+        default=60.0,
+        metavar="SECONDS",
+        help="stop searching after this long (default: %(default)s)",
+    )
+    sub.add_argument(
+        "--seed",
+        type=_count,
+        default=0,
+        metavar="N",
+        help="seed of the search; the same seed repeats a run (default: %(default)s)",
+    )
+    sub.add_argument(
+        "--findings-dir",
+        type=Path,
+        default=Path("domo-fuzz-findings"),
+        metavar="DIR",
+        help="where replay files go (default: %(default)s)",
+    )
+    sub.add_argument(
+        "--replay",
+        type=Path,
+        metavar="FILE",
+        help="run the scenario saved in FILE once instead of searching",
+    )
+
+
+def _check_fuzz(args: argparse.Namespace) -> None:
+    if args.replay is not None and not args.replay.is_file():
+        args.parser.error(f"--replay: no such file: {args.replay}")
+
+
+async def _fuzz(args: argparse.Namespace) -> int:
+    try:
+        from domo import fuzz
+    except ImportError as error:
+        print(f"domo fuzz needs hypothesis (pip install 'domo[fuzz]'): {error}", file=sys.stderr)
+        return EXIT_USAGE
+    if args.heartbeat_interval > 0.5:
+        print(
+            f"domo fuzz: heartbeat interval {args.heartbeat_interval} s makes every scenario slow; "
+            "start the broker with e.g. --heartbeat-interval 0.1 and pass the same here",
+            file=sys.stderr,
+        )
+    try:
+        if args.replay is not None:
+            try:
+                replay = fuzz.load_replay(args.replay)
+            except ValueError as error:
+                print(f"domo fuzz: {error}", file=sys.stderr)
+                return EXIT_USAGE
+            print(f"replaying {args.replay} ({replay.rule or 'no rule recorded'}):")
+            violations = await trio.to_thread.run_sync(
+                partial(fuzz.replay_broker, args.endpoint, replay, print)
+            )
+            for violation in violations:
+                print(f"{violation.rule}: {violation.explanation}")
+            print(f"{len(violations)} violation(s)")
+            return EXIT_FINDINGS if violations else EXIT_OK
+        options = fuzz.FuzzOptions(
+            args.endpoint,
+            heartbeat_interval=args.heartbeat_interval,
+            liveness=args.liveness,
+            examples=args.examples,
+            max_steps=args.max_steps,
+            time_budget=args.time_budget,
+            seed=args.seed,
+            findings_dir=args.findings_dir,
+        )
+        result = await trio.to_thread.run_sync(fuzz.fuzz_broker, options)
+    except fuzz.Unreachable as error:
+        print(f"domo fuzz: target unreachable: {error}", file=sys.stderr)
+        return EXIT_TIMEOUT
+    for finding in result.findings:
+        print(fuzz.format_finding(finding))
+    print(
+        f"domo fuzz: {result.examples} scenarios in {result.seconds:.1f} s; "
+        f"{len(result.findings)} rule(s) broken: {', '.join(result.rules) or 'none'}"
+    )
+    return EXIT_FINDINGS if result.findings else EXIT_OK
 
 
 def _add_heartbeat_options(sub: argparse.ArgumentParser, interval: float, liveness: int) -> None:

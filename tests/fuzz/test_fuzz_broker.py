@@ -1,0 +1,133 @@
+"""The broker fuzzer against domo's own broker (finds nothing) and planted wrong brokers."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from domo.fuzz import (
+    FuzzOptions,
+    Replay,
+    Step,
+    fuzz_broker,
+    load_replay,
+    replay_broker,
+    save_replay,
+)
+
+from .conftest import INTERVAL, LIVENESS
+
+
+def _options(endpoint: str, tmp_path: Path, **kw: object) -> FuzzOptions:
+    values: dict[str, object] = {
+        "heartbeat_interval": INTERVAL,
+        "liveness": LIVENESS,
+        "examples": 40,
+        "max_steps": 10,
+        "time_budget": 10.0,
+        "seed": 4,
+        "findings_dir": tmp_path,
+    }
+    values.update(kw)
+    return FuzzOptions(endpoint, **values)  # type: ignore[arg-type]
+
+
+def test_domo_broker_conforms(start_broker: Callable[[list[str]], str], tmp_path: Path) -> None:
+    """`domo broker` run as a newcomer would, with a short interval: nothing found."""
+    endpoint = start_broker(
+        [
+            sys.executable,
+            "-m",
+            "domo",
+            "broker",
+            "--bind",
+            "tcp://127.0.0.1:0",
+            "--heartbeat-interval",
+            str(INTERVAL),
+            "--liveness",
+            str(LIVENESS),
+            "--log-level",
+            "error",
+        ]
+    )
+    result = fuzz_broker(_options(endpoint, tmp_path, examples=12), progress=None)
+    assert result.examples >= 1
+    assert result.findings == []
+
+
+@pytest.mark.parametrize(
+    ("flaw", "rule"),
+    [
+        ("no-heartbeat", "MDP-H-04"),
+        ("ignore-disconnect", "MDP-W-13"),
+        ("die-on-garbage", "MDP-W-16"),
+        ("early-expiry", "MDP-H-05"),
+    ],
+)
+def test_planted_broker_is_caught(
+    planted: Callable[[str], str], tmp_path: Path, flaw: str, rule: str
+) -> None:
+    endpoint = planted(flaw)
+    result = fuzz_broker(_options(endpoint, tmp_path), progress=None)
+    assert rule in result.rules, [str(f.violation) for f in result.findings]
+    finding = next(f for f in result.findings if f.violation.rule == rule)
+    assert finding.replay_file is not None
+    replay = load_replay(finding.replay_file)
+    assert replay.rule == rule
+    assert replay.steps == finding.steps
+
+
+def test_replay_file_runs_again(
+    planted: Callable[[str], str], start_broker: Callable[[list[str]], str], tmp_path: Path
+) -> None:
+    """A saved scenario runs again: the flaw shows, domo's broker passes the same steps."""
+    steps = [Step("ready", 0, 1), Step("disconnect", 0), Step("wait", 0, 4)]
+    path = tmp_path / "scenario.json"
+    save_replay(path, Replay("broker", INTERVAL, LIVENESS, steps, "MDP-W-13"))
+    replay = load_replay(path)
+    assert replay.steps == steps
+    assert [v.rule for v in replay_broker(planted("ignore-disconnect"), replay)] == ["MDP-W-13"]
+    assert replay_broker(planted("none"), replay) == []
+
+
+def test_control_planted_broker_conforms(planted: Callable[[str], str], tmp_path: Path) -> None:
+    """The planted-broker harness with no flaw is clean, so the flaws alone are caught."""
+    result = fuzz_broker(_options(planted("none"), tmp_path, examples=10), progress=None)
+    assert result.findings == []
+
+
+# The random search does not yet reach these two flaws within a CI-sized budget (they need a
+# request held by a worker, then a second request or a long silence): their checks are tested
+# with the scenario a search would have to find.
+@pytest.mark.parametrize(
+    ("flaw", "rule", "steps"),
+    [
+        (
+            "busy-dispatch",
+            "MDP-A-06",
+            [Step("ready", 0, 0), Step("request", 0, 0), Step("request", 1, 0), Step("wait", 0, 2)],
+        ),
+        (
+            "late-final",
+            "MDP-D-10",
+            [
+                Step("ready", 0, 0),
+                Step("request", 0, 0),
+                Step("die", 0),
+                Step("wait", 0, 6),
+                Step("wait", 0, 6),
+                Step("late-final", 0),
+                Step("wait", 0, 2),
+            ],
+        ),
+    ],
+)
+def test_planted_broker_scenario(
+    planted: Callable[[str], str], flaw: str, rule: str, steps: list[Step]
+) -> None:
+    replay = Replay("broker", INTERVAL, LIVENESS, steps)
+    assert rule in [v.rule for v in replay_broker(planted(flaw), replay)]
+    assert replay_broker(planted("none"), replay) == []
