@@ -76,10 +76,10 @@ DEFAULT_ENDPOINT: Final = "tcp://127.0.0.1:5555"
 EXIT_CODES_HELP: Final = f"""\
 exit codes:
   {EXIT_OK}    success; a broker, worker or demo stopped by SIGINT/SIGTERM
-  {EXIT_ERROR}    unexpected error (a bug; a traceback is printed)
+  {EXIT_ERROR}    unexpected error (a bug; a traceback is printed); fuzz: violations found
   {EXIT_USAGE}    usage error: bad arguments or options
   {EXIT_TIMEOUT}    call: no reply in time after every retry (broker unreachable, no worker,
-       or the worker is too slow)
+       or the worker is too slow); fuzz: the target is unreachable
   {EXIT_REMOTE_ERROR}    call: the worker's handler failed (its error type and message on stderr)
   {EXIT_ENDPOINT}    an endpoint could not be bound or connected (address in use, bad address)
   {EXIT_INTERRUPTED}  call: stopped by SIGINT (Ctrl-C); 143 by SIGTERM
