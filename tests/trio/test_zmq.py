@@ -320,3 +320,27 @@ async def test_cancelling_everything_at_any_point_leaks_nothing() -> None:
             stopping = trio.current_time()
         assert trio.current_time() - stopping < 1.0
         gc.collect()
+
+
+async def test_context_termination_is_bounded_when_a_socket_is_left_open(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A socket left open makes ``context.term()`` wait forever: ``ZmqTransport.aclose`` gives
+    up after ``term_timeout``, even when its caller is being cancelled, and logs an error."""
+    transport = ZmqTransport()
+    transport.term_timeout = 0.2
+    forgotten = transport.context.socket(zmq.DEALER)
+    try:
+        with trio.fail_after(5):
+            started = trio.current_time()
+            with trio.CancelScope() as scope:
+                scope.cancel()  # aclose runs shielded, as it does when its owner is cancelled
+                await transport.aclose()
+            assert 0.2 <= trio.current_time() - started < 2.0
+        assert "not terminated after 0.2 s; abandoned" in caplog.text
+        assert not transport.context.closed
+    finally:
+        forgotten.close(linger=0)  # lets the abandoned term() finish
+    with trio.fail_after(5):
+        while not transport.context.closed:  # noqa: ASYNC110 (a libzmq thread, no event to wait on)
+            await trio.sleep(0.01)
