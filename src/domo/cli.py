@@ -14,6 +14,7 @@ stderr and exit with their code; only a bug prints a traceback.
 from __future__ import annotations
 
 import argparse
+import itertools
 import logging
 import math
 import os
@@ -81,11 +82,13 @@ exit codes:
   {EXIT_TIMEOUT}    call: no reply in time after every retry (broker unreachable, no worker,
        or the worker is too slow); fuzz: the target is unreachable
   {EXIT_REMOTE_ERROR}    call: the worker's handler failed (its error type and message on stderr)
-  {EXIT_ENDPOINT}    an endpoint could not be bound or connected (address in use, bad address)
+  {EXIT_ENDPOINT}    an endpoint could not be bound or connected (address in use, bad address);
+       fuzz: also an --exec command that cannot be started
   {EXIT_INTERRUPTED}  call: stopped by SIGINT (Ctrl-C); 143 by SIGTERM
 """
 BIND_SCHEMES: Final = ("tcp", "ipc", "inproc")
 CONNECT_SCHEMES: Final = ("tcp", "ipc")  # inproc reaches only sockets of the same process
+FUZZ_TARGETS: Final = ("broker", "worker", "client")  # domo.fuzz.TARGETS, without Hypothesis
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -300,6 +303,15 @@ def _add_call(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
         help="resends before giving up with exit code 3 (default: %(default)s)",
     )
     sub.add_argument(
+        "--repeat",
+        type=_count,
+        default=1,
+        metavar="N",
+        help="send the request N times, each after the FINAL (or failure) of the one before; "
+        "0: until stopped. A failed request is reported and the next one sent; the exit code "
+        "is that of the last failure (default: %(default)s)",
+    )
+    sub.add_argument(
         "--raw",
         action="store_true",
         help="write reply frames to stdout as raw bytes, nothing added",
@@ -369,13 +381,18 @@ def _add_fuzz(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
     sub = _subcommand(
         commands,
         "fuzz",
-        "check an MDP/0.2 broker against domo's model, with generated scenarios",
-        "Play many clients and workers against the broker at ENDPOINT with scenarios that "
-        "Hypothesis generates and shrinks, and check every message it sends against the rules of "
-        "specs/mdp-0.2.md. Start the broker with a short --heartbeat-interval and give the same "
-        "--heartbeat-interval and --liveness here. Each violation is printed with its rule id and "
-        "a shrunk scenario, saved for --replay. Exit 0: nothing found; 1: violations found; 2: "
-        "usage error; 3: no broker answered at ENDPOINT.",
+        "check an MDP/0.2 broker, worker or client against domo's model",
+        "Check an MDP/0.2 peer against the rules of specs/mdp-0.2.md with scenarios that "
+        "Hypothesis generates and shrinks. --target broker (the default): play clients and "
+        "workers against the broker running at ENDPOINT. --target worker or client: bind ENDPOINT "
+        "and play the broker against the worker or client that connects to it; --exec CMD starts "
+        "it ('{endpoint}' in CMD becomes the endpoint bound, e.g. tcp://127.0.0.1:0 picks a free "
+        "port), else start it yourself. A client under test must send requests one after another "
+        "for ever (e.g. `domo call --repeat 0`). Use a short --heartbeat-interval and give the "
+        "peer the same --heartbeat-interval and --liveness. Each violation is printed with its "
+        "rule id and a shrunk scenario, saved for --replay. Exit 0: nothing found; 1: violations "
+        "found; 2: usage error; 3: the target is unreachable (no broker answered, or no worker or "
+        "client connected).",
         _fuzz,
         "warning",
         prepare=_check_fuzz,
@@ -384,13 +401,21 @@ def _add_fuzz(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
         "endpoint",
         metavar="ENDPOINT",
         type=partial(_endpoint, CONNECT_SCHEMES),
-        help="the broker to check (tcp:// or ipc://)",
+        help="the broker to check, or the endpoint to bind for a worker or client "
+        "(tcp:// or ipc://)",
     )
     sub.add_argument(
         "--target",
-        choices=["broker"],
-        default="broker",
-        help="what ENDPOINT is (only broker so far; default: %(default)s)",
+        choices=list(FUZZ_TARGETS),
+        default=None,
+        help="what is checked (default: broker; with --replay, the file's target)",
+    )
+    sub.add_argument(
+        "--exec",
+        dest="command",
+        metavar="CMD",
+        help="start the worker or client under test with CMD (split like a shell would, run "
+        "without one; '{endpoint}' replaced); restarted if it exits between scenarios",
     )
     _add_heartbeat_options(sub, defaults.heartbeat_interval, defaults.liveness)
     sub.add_argument(
@@ -422,6 +447,11 @@ def _add_fuzz(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
         help="seed of the search; the same seed repeats a run (default: %(default)s)",
     )
     sub.add_argument(
+        "--first",
+        action="store_true",
+        help="stop at the first rule found broken (after shrinking its scenario)",
+    )
+    sub.add_argument(
         "--findings-dir",
         type=Path,
         default=Path("domo-fuzz-findings"),
@@ -432,13 +462,21 @@ def _add_fuzz(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
         "--replay",
         type=Path,
         metavar="FILE",
-        help="run the scenario saved in FILE once instead of searching",
+        help="run the scenario saved in FILE once instead of searching (its target, interval "
+        "and liveness come from the file)",
     )
 
 
 def _check_fuzz(args: argparse.Namespace) -> None:
     if args.replay is not None and not args.replay.is_file():
         args.parser.error(f"--replay: no such file: {args.replay}")
+    if args.command is not None:
+        if args.target not in ("worker", "client"):
+            args.parser.error("--exec starts a worker or client: give --target worker or client")
+        try:
+            shlex.split(args.command)
+        except ValueError as error:
+            args.parser.error(f"--exec: {error}")
 
 
 async def _fuzz(args: argparse.Namespace) -> int:
@@ -450,9 +488,22 @@ async def _fuzz(args: argparse.Namespace) -> int:
     if args.heartbeat_interval > 0.5:
         print(
             f"domo fuzz: heartbeat interval {args.heartbeat_interval} s makes every scenario slow; "
-            "start the broker with e.g. --heartbeat-interval 0.1 and pass the same here",
+            "give the peer e.g. --heartbeat-interval 0.1 and pass the same here",
             file=sys.stderr,
         )
+    options = fuzz.FuzzOptions(
+        args.endpoint,
+        target=args.target or "broker",
+        command=args.command,
+        heartbeat_interval=args.heartbeat_interval,
+        liveness=args.liveness,
+        examples=args.examples,
+        max_steps=args.max_steps,
+        time_budget=args.time_budget,
+        seed=args.seed,
+        findings_dir=args.findings_dir,
+        first=args.first,
+    )
     try:
         if args.replay is not None:
             try:
@@ -460,32 +511,31 @@ async def _fuzz(args: argparse.Namespace) -> int:
             except ValueError as error:
                 print(f"domo fuzz: {error}", file=sys.stderr)
                 return EXIT_USAGE
+            if args.target is not None and args.target != replay.target:
+                print(
+                    f"domo fuzz: {args.replay} is a {replay.target} scenario, not {args.target}",
+                    file=sys.stderr,
+                )
+                return EXIT_USAGE
             print(f"replaying {args.replay} ({replay.rule or 'no rule recorded'}):")
             violations = await trio.to_thread.run_sync(
-                partial(fuzz.replay_broker, args.endpoint, replay, print)
+                partial(fuzz.replay_file, options, replay, print)
             )
             for violation in violations:
                 print(f"{violation.rule}: {violation.explanation}")
             print(f"{len(violations)} violation(s)")
             return EXIT_FINDINGS if violations else EXIT_OK
-        options = fuzz.FuzzOptions(
-            args.endpoint,
-            heartbeat_interval=args.heartbeat_interval,
-            liveness=args.liveness,
-            examples=args.examples,
-            max_steps=args.max_steps,
-            time_budget=args.time_budget,
-            seed=args.seed,
-            findings_dir=args.findings_dir,
-        )
-        result = await trio.to_thread.run_sync(fuzz.fuzz_broker, options)
+        result = await trio.to_thread.run_sync(fuzz.fuzz, options)
     except fuzz.Unreachable as error:
         print(f"domo fuzz: target unreachable: {error}", file=sys.stderr)
         return EXIT_TIMEOUT
+    except ValueError as error:  # an endpoint that cannot be bound, a command that cannot start
+        print(f"domo fuzz: {error}", file=sys.stderr)
+        return EXIT_ENDPOINT
     for finding in result.findings:
-        print(fuzz.format_finding(finding))
+        print(fuzz.format_finding(finding, options.target))
     print(
-        f"domo fuzz: {result.examples} scenarios in {result.seconds:.1f} s; "
+        f"domo fuzz: {options.target}: {result.examples} scenarios in {result.seconds:.1f} s; "
         f"{len(result.findings)} rule(s) broken: {', '.join(result.rules) or 'none'}"
     )
     return EXIT_FINDINGS if result.findings else EXIT_OK
@@ -778,10 +828,19 @@ async def _call(args: argparse.Namespace) -> int:
 
 
 async def _request(args: argparse.Namespace) -> int:
+    """Send the request ``--repeat`` times on one client; the exit code of the last failure."""
+    code = EXIT_OK
+    client = Client(args.connect, timeout=args.timeout, retries=args.retries)
+    async with client:
+        for _ in itertools.count() if args.repeat == 0 else range(args.repeat):
+            code = await _request_once(client, args) or code
+    return code
+
+
+async def _request_once(client: Client, args: argparse.Namespace) -> int:
     write = _write_raw if args.raw else _write_text
     try:
-        client = Client(args.connect, timeout=args.timeout, retries=args.retries)
-        async with client, client.stream(args.service, *args.frames) as replies:
+        async with client.stream(args.service, *args.frames) as replies:
             async for reply in replies:
                 write(reply.body)
     except RemoteError as error:

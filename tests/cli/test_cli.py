@@ -182,6 +182,21 @@ async def test_call_prints_each_partial_as_it_arrives(domo: StartDomo) -> None:
             nursery.cancel_scope.cancel()
 
 
+async def test_call_repeat_sends_one_request_after_another(domo: StartDomo) -> None:
+    """``--repeat N``: N requests in turn on one client, each reply printed; a failed one is
+    reported, the next still sent, and the exit code is the last failure's."""
+    broker, endpoint = await start_broker(domo)
+    await start_worker(domo, broker, "echo", "--connect", endpoint)
+    done = await run_domo("call", "--connect", endpoint, "--repeat", "3", "echo", "again")
+    assert (done.code, done.stdout, done.stderr) == (EXIT_OK, "again\n" * 3, "")
+    done = await run_domo(
+        "call", "--connect", endpoint, "--repeat", "2", "--timeout", "0.2", "--retries", "0",
+        "nobody",
+    )  # fmt: skip
+    assert (done.code, done.stdout) == (EXIT_TIMEOUT, "")
+    assert done.stderr.count("domo call: no reply from 'nobody'") == 2
+
+
 # --- --exec ---------------------------------------------------------------------------------------
 
 

@@ -135,6 +135,15 @@ class BrokerRun:
         sock.connect(self.endpoint)
         return sock
 
+    def first_probe(self) -> list[Violation]:
+        """``Unreachable`` unless the broker serves a fresh worker and client in time."""
+        if not self.probe("start", self.timing.probe_timeout):
+            raise Unreachable(
+                f"no MDP/0.2 broker answered at {self.endpoint} within "
+                f"{self.timing.probe_timeout:.1f} s"
+            )
+        return []  # the probe checks only that the broker serves
+
     def probe(self, tag: str, timeout: float) -> bool:
         """A fresh worker and client: is a request dispatched and its FINAL forwarded in time?"""
         service = f"fz.{self.run_id}.{tag}.probe".encode()

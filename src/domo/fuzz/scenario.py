@@ -1,10 +1,12 @@
-"""Scenarios for ``domo fuzz``: what the fuzzer's clients and workers do, step by step.
+"""Scenarios for ``domo fuzz``: what the fuzzer does to its target, step by step.
 
 A scenario is a plain list of :class:`Step`; Hypothesis generates and shrinks them
 (:func:`scenarios`), a finding saves one to a JSON replay file (:func:`save_replay`) and
-``domo fuzz --replay FILE`` loads it again (:func:`load_replay`). A step whose precondition does
-not hold when it runs (a reply from a worker that holds no request, say) does nothing, so every
-list of steps is a valid scenario and shrinking may drop any step.
+``domo fuzz --replay FILE`` loads it again (:func:`load_replay`). Each target has its own step
+kinds: against a broker the fuzzer plays clients and workers (:data:`KINDS`); against a worker
+(:data:`WORKER_TARGET_KINDS`) or a client (:data:`CLIENT_TARGET_KINDS`) it plays the broker. A
+step whose precondition does not hold when it runs (a reply from a worker that holds no request,
+say) does nothing, so every list of steps is a valid scenario and shrinking may drop any step.
 """
 
 from __future__ import annotations
@@ -18,14 +20,21 @@ from hypothesis import strategies as st
 
 __all__ = [
     "CLIENTS",
+    "CLIENT_TARGET_KINDS",
     "GARBAGE",
+    "GARBAGE_TO_CLIENT",
+    "GARBAGE_TO_WORKER",
     "KINDS",
     "REPLAY_FORMAT",
+    "REQUEST_SHAPES",
     "SERVICES",
+    "TARGETS",
     "WORKERS",
+    "WORKER_TARGET_KINDS",
     "Replay",
     "Step",
     "describe",
+    "kinds_of",
     "load_replay",
     "save_replay",
     "scenarios",
@@ -87,6 +96,89 @@ _WEIGHTED_KINDS: Final = (
 )
 
 
+TARGETS: Final = ("broker", "worker", "client")
+
+# --- the fuzzer as the broker, against a worker (--target worker) ------------------------------
+
+# The request bodies and client addresses the fuzzer's REQUESTs use; ``arg`` of a "request"
+# step picks one of each (body = arg % 5, address = arg // 5 % 3).
+REQUEST_SHAPES: Final[tuple[tuple[str, tuple[bytes, ...]], ...]] = (
+    ("one short frame", (b"fuzz",)),
+    ("one empty frame", (b"",)),
+    ("three frames, the middle one empty", (b"a", b"", b"c")),
+    ("256 bytes of every value", (bytes(range(256)),)),
+    ("64 KiB", (b"x" * 65536,)),
+)
+REQUEST_ADDRESSES: Final[tuple[bytes, ...]] = (b"\x00", b"c\x00\xff\n7", bytes(range(1, 256)))
+# The client address of a malformed REQUEST, so that a worker answering one is recognised.
+GARBAGE_ADDRESS: Final = b"malformed-request"
+
+# Near-miss malformed messages the fuzzer's broker sends a worker (MDP-W-08: it can tell).
+GARBAGE_TO_WORKER: Final[tuple[tuple[str, tuple[bytes, ...]], ...]] = (
+    ("REQUEST with header MDPW01", (b"MDPW01", b"\x02", GARBAGE_ADDRESS, b"", b"x")),
+    ("unknown command 0x09", (b"MDPW02", b"\x09")),
+    ("REQUEST without the empty delimiter", (b"MDPW02", b"\x02", GARBAGE_ADDRESS, b"x")),
+    ("REQUEST without a body", (b"MDPW02", b"\x02", GARBAGE_ADDRESS, b"")),
+    ("REQUEST with an empty client address", (b"MDPW02", b"\x02", b"", b"", b"x")),
+    ("HEARTBEAT with an extra frame", (b"MDPW02", b"\x05", b"extra")),
+    ("header frame only", (b"MDPW02",)),
+    ("one empty frame", (b"",)),
+    ("a client-protocol FINAL", (b"MDPC02", b"\x03", b"echo", b"x")),
+)
+
+_UNEXPECTED_TO_WORKER: Final = (
+    "READY (a command only workers send)",
+    "PARTIAL (a command only workers send)",
+    "FINAL (a command only workers send)",
+    "a second REQUEST while it holds one",
+)
+
+WORKER_TARGET_KINDS: Final[dict[str, str]] = {
+    "request": "REQUEST_SHAPES and REQUEST_ADDRESSES index (body = arg % 5, address = arg // 5)",
+    "heartbeat": "unused",
+    "silence": "half heartbeat intervals without sending the worker anything",
+    "disconnect": "unused",
+    "unexpected": "index into the unexpected broker commands",
+    "garbage": "index into GARBAGE_TO_WORKER",
+    "wait": "half heartbeat intervals",
+}
+_WEIGHTED_WORKER_KINDS: Final = (
+    *("request", "wait") * 4,
+    *("silence", "disconnect") * 2,
+    "heartbeat",
+    "unexpected",
+    "garbage",
+)
+
+# --- the fuzzer as the broker, against a client (--target client) ------------------------------
+
+# Near-miss malformed messages the fuzzer's broker sends a client; ``{svc}`` stands for the
+# service of the client's request.
+GARBAGE_TO_CLIENT: Final[tuple[tuple[str, tuple[bytes, ...]], ...]] = (
+    ("FINAL with header MDPC01", (b"MDPC01", b"\x03", b"{svc}", b"x")),
+    ("unknown command 0x09", (b"MDPC02", b"\x09", b"{svc}", b"x")),
+    ("FINAL without a body", (b"MDPC02", b"\x03", b"{svc}")),
+    ("FINAL with an empty service name", (b"MDPC02", b"\x03", b"", b"x")),
+    ("header frame only", (b"MDPC02",)),
+    ("one empty frame", (b"",)),
+    ("REQUEST (a command only clients send)", (b"MDPC02", b"\x01", b"{svc}", b"x")),
+    ("a worker-protocol HEARTBEAT", (b"MDPW02", b"\x05")),
+    ("FINAL behind an empty delimiter frame", (b"", b"MDPC02", b"\x03", b"{svc}", b"x")),
+)
+
+CLIENT_TARGET_KINDS: Final[dict[str, str]] = {
+    "answer": "PARTIALs before the FINAL",
+    "partial": "unused",
+    "wrong-service": "0 a FINAL, 1 a PARTIAL, naming another service",
+    "garbage": "index into GARBAGE_TO_CLIENT",
+    "wait": "half heartbeat intervals",
+}
+_WEIGHTED_CLIENT_KINDS: Final = (
+    *("answer", "wait") * 3,
+    *("partial", "wrong-service", "garbage") * 2,
+)
+
+
 @dataclass(frozen=True, slots=True)
 class Step:
     """One thing one actor does; ``actor`` and ``arg`` are read as :data:`KINDS` says."""
@@ -96,8 +188,16 @@ class Step:
     arg: int = 0
 
 
-def describe(step: Step) -> str:
-    """``step`` in words, as the report and ``--replay`` print it."""
+def describe(step: Step, target: str = "broker") -> str:
+    """``step`` in words, as the report and ``--replay`` print it; ``target`` says whose step."""
+    if target == "worker":
+        return _describe_to_worker(step)
+    if target == "client":
+        return _describe_to_client(step)
+    return _describe_broker_step(step)
+
+
+def _describe_broker_step(step: Step) -> str:
     w, c = f"w{step.actor}", f"c{step.actor}"
     match step.kind:
         case "ready":
@@ -125,27 +225,98 @@ def describe(step: Step) -> str:
     return f"unknown step {step.kind!r}"
 
 
-def scenarios(max_steps: int) -> st.SearchStrategy[list[Step]]:
-    """Scenarios of 1 to ``max_steps`` steps."""
-    worker = st.integers(0, WORKERS - 1)
-    client = st.integers(0, CLIENTS - 1)
-    service = st.integers(0, SERVICES - 1)
+def _describe_to_worker(step: Step) -> str:
+    match step.kind:
+        case "request":
+            shape = REQUEST_SHAPES[step.arg % len(REQUEST_SHAPES)][0]
+            address = REQUEST_ADDRESSES[step.arg // len(REQUEST_SHAPES) % len(REQUEST_ADDRESSES)]
+            return f"broker: REQUEST ({shape}) for a client address of {len(address)} byte(s)"
+        case "heartbeat":
+            return "broker: an extra HEARTBEAT now"
+        case "silence":
+            return f"broker: send the worker nothing for {step.arg}/2 heartbeat intervals"
+        case "disconnect":
+            return "broker: DISCONNECT, then wait for the worker to come back"
+        case "unexpected":
+            which = _UNEXPECTED_TO_WORKER[step.arg % len(_UNEXPECTED_TO_WORKER)]
+            return f"broker: valid but unexpected {which}"
+        case "garbage":
+            return f"broker: malformed: {GARBAGE_TO_WORKER[step.arg % len(GARBAGE_TO_WORKER)][0]}"
+        case "wait":
+            return f"wait {step.arg}/2 heartbeat intervals"
+    return f"unknown step {step.kind!r}"
+
+
+def _describe_to_client(step: Step) -> str:
+    match step.kind:
+        case "answer":
+            return f"broker: {step.arg} PARTIAL then the FINAL to the client's request"
+        case "partial":
+            return "broker: one PARTIAL to the client's request"
+        case "wrong-service":
+            which = "FINAL" if step.arg % 2 == 0 else "PARTIAL"
+            return f"broker: a {which} naming another service than the request's"
+        case "garbage":
+            return f"broker: malformed: {GARBAGE_TO_CLIENT[step.arg % len(GARBAGE_TO_CLIENT)][0]}"
+        case "wait":
+            return f"wait {step.arg}/2 heartbeat intervals"
+    return f"unknown step {step.kind!r}"
+
+
+def kinds_of(target: str) -> dict[str, str]:
+    """The step kinds of ``target`` and what their ``arg`` means."""
+    if target == "worker":
+        return WORKER_TARGET_KINDS
+    if target == "client":
+        return CLIENT_TARGET_KINDS
+    return {kind: meaning for kind, (_, meaning) in KINDS.items()}
+
+
+def scenarios(max_steps: int, target: str = "broker") -> st.SearchStrategy[list[Step]]:
+    """Scenarios of 1 to ``max_steps`` steps against ``target``."""
+    if target == "worker":
+        step = st.sampled_from(_WEIGHTED_WORKER_KINDS).flatmap(_to_worker_step)
+    elif target == "client":
+        step = st.sampled_from(_WEIGHTED_CLIENT_KINDS).flatmap(_to_client_step)
+    else:
+        step = st.sampled_from(_WEIGHTED_KINDS).flatmap(_broker_step)
+    return st.lists(step, min_size=min(3, max_steps), max_size=max_steps)
+
+
+def _broker_step(kind: str) -> st.SearchStrategy[Step]:
     argument = {
-        "ready": service,
-        "request": service,
+        "ready": st.integers(0, SERVICES - 1),
+        "request": st.integers(0, SERVICES - 1),
         "reply": st.integers(0, 2),
         "wait": st.integers(1, 6),
         "pause": st.integers(1, 4),
         "unexpected": st.integers(0, len(_UNEXPECTED) - 1),
         "garbage": st.integers(0, len(GARBAGE) - 1),
     }
+    actors = {"worker": st.integers(0, WORKERS - 1), "client": st.integers(0, CLIENTS - 1)}
+    actor = actors.get(KINDS[kind][0], st.just(0))
+    return st.builds(Step, st.just(kind), actor, argument.get(kind, st.just(0)))
 
-    def build(kind: str) -> st.SearchStrategy[Step]:
-        actor = {"worker": worker, "client": client}.get(KINDS[kind][0], st.just(0))
-        return st.builds(Step, st.just(kind), actor, argument.get(kind, st.just(0)))
 
-    step = st.sampled_from(_WEIGHTED_KINDS).flatmap(build)
-    return st.lists(step, min_size=min(3, max_steps), max_size=max_steps)
+def _to_worker_step(kind: str) -> st.SearchStrategy[Step]:
+    argument = {
+        "request": st.integers(0, len(REQUEST_SHAPES) * len(REQUEST_ADDRESSES) - 1),
+        "silence": st.integers(1, 8),
+        "unexpected": st.integers(0, len(_UNEXPECTED_TO_WORKER) - 1),
+        "garbage": st.integers(0, len(GARBAGE_TO_WORKER) - 1),
+        "wait": st.integers(1, 4),
+    }
+    return st.builds(Step, st.just(kind), st.just(0), argument.get(kind, st.just(0)))
+
+
+def _to_client_step(kind: str) -> st.SearchStrategy[Step]:
+    argument = {
+        "answer": st.integers(0, 2),
+        "wrong-service": st.integers(0, 1),
+        "garbage": st.integers(0, len(GARBAGE_TO_CLIENT) - 1),
+        "wait": st.integers(1, 4),
+    }
+    return st.builds(Step, st.just(kind), st.just(0), argument.get(kind, st.just(0)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,7 +341,7 @@ def save_replay(path: Path, replay: Replay) -> None:
         "rule": replay.rule,
         "explanation": replay.explanation,
         "steps": [[s.kind, s.actor, s.arg] for s in replay.steps],
-        "readable": [describe(s) for s in replay.steps],
+        "readable": [describe(s, replay.target) for s in replay.steps],
     }
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
@@ -182,12 +353,15 @@ def load_replay(path: Path) -> Replay:
         data = json.loads(path.read_text(encoding="utf-8"))
         if data.get("format") != REPLAY_FORMAT:
             raise ValueError(f"not a {REPLAY_FORMAT} file")
+        target = str(data["target"])
+        if target not in TARGETS:
+            raise ValueError(f"unknown target {target!r}")
         steps = [Step(str(k), int(a), int(g)) for k, a, g in data["steps"]]
         for s in steps:
-            if s.kind not in KINDS:
-                raise ValueError(f"unknown step kind {s.kind!r}")
+            if s.kind not in kinds_of(target):
+                raise ValueError(f"unknown step kind {s.kind!r} for a {target}")
         return Replay(
-            target=str(data["target"]),
+            target=target,
             heartbeat_interval=float(data["heartbeat_interval"]),
             liveness=int(data["liveness"]),
             steps=steps,

@@ -1,6 +1,6 @@
 """Search for rule violations with Hypothesis, shrink each, report it and save a replay file.
 
-:func:`fuzz_broker` runs rounds of ``hypothesis.find``: each round looks for a scenario that
+:func:`fuzz` runs rounds of ``hypothesis.find``: each round looks for a scenario that
 breaks a rule not found yet, and Hypothesis shrinks it to a small one. Rounds stop when a round
 finds nothing new, or the example or time budget is spent. Every example runs in real time
 against the real target, so the budgets bound the run. A target that stops serving ends the
@@ -13,25 +13,56 @@ from __future__ import annotations
 import random
 import sys
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TextIO
+from typing import Protocol, TextIO
 
 from hypothesis import HealthCheck, Phase, find, settings
 from hypothesis.errors import NoSuchExample
 
-from .broker_target import BrokerRun, TargetDied, Timing, Unreachable, Violation
-from .scenario import Replay, Step, describe, save_replay, scenarios
+from .broker_target import BrokerRun, TargetDied, Timing, Violation
+from .client_target import ClientRun
+from .scenario import TARGETS, Replay, Step, describe, save_replay, scenarios
+from .worker_target import WorkerRun
 
-__all__ = ["Finding", "FuzzOptions", "FuzzResult", "format_finding", "fuzz_broker", "replay_broker"]
+__all__ = [
+    "Finding",
+    "FuzzOptions",
+    "FuzzResult",
+    "format_finding",
+    "fuzz",
+    "fuzz_broker",
+    "open_run",
+    "replay_broker",
+    "replay_file",
+]
+
+
+class _Run(Protocol):
+    """What the search needs of a target: one of BrokerRun, WorkerRun, ClientRun."""
+
+    examples: int
+
+    def first_probe(self) -> list[Violation]: ...
+
+    def run(self, steps: list[Step]) -> list[Violation]: ...
+
+    def close(self) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
 class FuzzOptions:
-    """Bounds and timing of one fuzzing run."""
+    """What to fuzz, and the bounds and timing of one fuzzing run.
+
+    ``target`` is ``"broker"`` (``endpoint`` is a running broker to connect to), ``"worker"`` or
+    ``"client"`` (domo binds ``endpoint`` and plays the broker; ``command``, if given, starts the
+    peer, ``{endpoint}`` in it replaced by the endpoint actually bound).
+    """
 
     endpoint: str
+    target: str = "broker"
+    command: str | Sequence[str] | None = None
     heartbeat_interval: float = 0.1
     liveness: int = 3
     examples: int = 100
@@ -39,6 +70,7 @@ class FuzzOptions:
     time_budget: float = 60.0
     seed: int = 0
     findings_dir: Path | None = None
+    first: bool = False  # stop at the first violation found (after shrinking it)
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,29 +95,57 @@ class FuzzResult:
         return [f.violation.rule for f in self.findings]
 
 
-def format_finding(finding: Finding) -> str:
+def format_finding(finding: Finding, target: str = "broker") -> str:
     """A finding as the readable block ``domo fuzz`` prints."""
     lines = [f"{finding.violation.rule}: {finding.violation.explanation}", "  scenario:"]
-    lines += [f"    {i}. {describe(s)}" for i, s in enumerate(finding.steps, 1)]
+    lines += [f"    {i}. {describe(s, target)}" for i, s in enumerate(finding.steps, 1)]
+    if not finding.steps:
+        lines.append("    (none: seen while the peer first connected)")
     if finding.replay_file is not None:
-        lines.append(f"  replay: domo fuzz --replay {finding.replay_file} ENDPOINT")
+        lines.append(
+            f"  replay: domo fuzz --target {target} --replay {finding.replay_file} ENDPOINT"
+        )
     return "\n".join(lines)
 
 
-def fuzz_broker(options: FuzzOptions, progress: TextIO | None = sys.stderr) -> FuzzResult:
-    """Fuzz the broker at ``options.endpoint``; ``Unreachable`` if it never answers a probe."""
+def open_run(options: FuzzOptions) -> _Run:
+    """Connect to (broker) or bind (worker, client) ``options.endpoint``."""
     timing = Timing(options.heartbeat_interval, options.liveness)
-    run = BrokerRun(options.endpoint, timing)
+    if options.target == "broker":
+        if options.command is not None:
+            raise ValueError("--exec starts a worker or client; start the broker yourself")
+        return BrokerRun(options.endpoint, timing)
+    if options.target == "worker":
+        return WorkerRun(options.endpoint, timing, options.command)
+    if options.target == "client":
+        return ClientRun(options.endpoint, timing, options.command)
+    raise ValueError(f"unknown target {options.target!r} (one of {', '.join(TARGETS)})")
+
+
+def fuzz_broker(options: FuzzOptions, progress: TextIO | None = sys.stderr) -> FuzzResult:
+    """Fuzz the broker at ``options.endpoint`` (``options.target`` is ignored)."""
+    return fuzz(replace(options, target="broker"), progress)
+
+
+def fuzz(options: FuzzOptions, progress: TextIO | None = sys.stderr) -> FuzzResult:
+    """Fuzz ``options.target``; ``Unreachable`` if it never answers a first probe.
+
+    ``ValueError`` for an endpoint that cannot be bound or a command that cannot be started.
+    """
+    run = open_run(options)
     result = FuzzResult()
     start = time.monotonic()
+    if progress is not None and isinstance(run, WorkerRun | ClientRun):
+        who = "starting it with --exec" if options.command is not None else "start it now"
+        progress.write(f"domo fuzz: bound {run.endpoint} for the {options.target}; {who}\n")
+        progress.flush()
     try:
-        if not run.probe("start", timing.probe_timeout):
-            raise Unreachable(
-                f"no MDP/0.2 broker answered at {options.endpoint} within "
-                f"{timing.probe_timeout:.1f} s"
-            )
-        rng = random.Random(options.seed)
         found: set[str] = set()
+        for violation in run.first_probe():
+            if violation.rule not in found:
+                found.add(violation.rule)
+                result.findings.append(_finding(options, violation, []))
+        rng = random.Random(options.seed)
         died: list[tuple[Violation, list[Step]]] = []
         stop: list[bool] = []
         while time.monotonic() - start < options.time_budget:
@@ -121,7 +181,7 @@ def fuzz_broker(options: FuzzOptions, progress: TextIO | None = sys.stderr) -> F
 
             try:
                 steps = find(
-                    scenarios(options.max_steps),
+                    scenarios(options.max_steps, options.target),
                     breaks_new_rule,
                     settings=settings(
                         database=None,
@@ -146,7 +206,7 @@ def fuzz_broker(options: FuzzOptions, progress: TextIO | None = sys.stderr) -> F
                 if violation.rule not in found:
                     found.add(violation.rule)
                     result.findings.append(_finding(options, violation, steps))
-            if stop or not failing:
+            if stop or not failing or (options.first and result.findings):
                 break
     finally:
         run.close()
@@ -160,21 +220,33 @@ def fuzz_broker(options: FuzzOptions, progress: TextIO | None = sys.stderr) -> F
 def replay_broker(
     endpoint: str, replay: Replay, show: Callable[[str], None] | None = None
 ) -> list[Violation]:
-    """Run the scenario of a replay file once against ``endpoint``; the violations seen."""
-    timing = Timing(replay.heartbeat_interval, replay.liveness)
-    run = BrokerRun(endpoint, timing)
+    """Run the scenario of a broker replay file once against the broker at ``endpoint``."""
+    return replay_file(FuzzOptions(endpoint), replay, show)
+
+
+def replay_file(
+    options: FuzzOptions, replay: Replay, show: Callable[[str], None] | None = None
+) -> list[Violation]:
+    """Run the scenario of a replay file once; the violations seen.
+
+    The target and timing come from the file; ``options`` gives the endpoint and ``command``.
+    """
+    options = replace(
+        options,
+        target=replay.target,
+        heartbeat_interval=replay.heartbeat_interval,
+        liveness=replay.liveness,
+    )
+    run = open_run(options)
     try:
-        if not run.probe("start", timing.probe_timeout):
-            raise Unreachable(
-                f"no MDP/0.2 broker answered at {endpoint} within {timing.probe_timeout:.1f} s"
-            )
+        seen = run.first_probe()
         if show is not None:
             for i, step in enumerate(replay.steps, 1):
-                show(f"  {i}. {describe(step)}")
+                show(f"  {i}. {describe(step, replay.target)}")
         try:
-            return run.run(replay.steps)
+            return seen + run.run(replay.steps)
         except TargetDied as dead:
-            return [dead.violation]
+            return [*seen, dead.violation]
     finally:
         run.close()
 
@@ -182,11 +254,11 @@ def replay_broker(
 def _finding(options: FuzzOptions, violation: Violation, steps: list[Step]) -> Finding:
     path = None
     if options.findings_dir is not None:
-        path = options.findings_dir / f"broker-{violation.rule}.json"
+        path = options.findings_dir / f"{options.target}-{violation.rule}.json"
         save_replay(
             path,
             Replay(
-                "broker",
+                options.target,
                 options.heartbeat_interval,
                 options.liveness,
                 steps,

@@ -1,0 +1,116 @@
+"""The fuzzer as the broker: against domo's worker and client (nothing found) and planted ones."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from domo.fuzz import FuzzOptions, Replay, Step, fuzz, load_replay, replay_file, save_replay
+
+from .conftest import INTERVAL, LIVENESS
+
+PLANTED = Path(__file__).with_name("planted_peers.py")
+ANY_PORT = "tcp://127.0.0.1:0"
+DOMO = [sys.executable, "-m", "domo"]
+DOMO_WORKER = [
+    *DOMO,
+    "worker",
+    "--connect",
+    "{endpoint}",
+    "--heartbeat-interval",
+    str(INTERVAL),
+    "--liveness",
+    str(LIVENESS),
+    "--log-level",
+    "error",
+    "echo",
+]
+DOMO_CLIENT = [
+    *DOMO,
+    "call",
+    "--connect",
+    "{endpoint}",
+    "--repeat",
+    "0",
+    "--timeout",
+    "0.5",
+    "--retries",
+    "1",
+    "--log-level",
+    "error",
+    "echo",
+    "hello",
+]
+
+
+def _options(target: str, command: list[str], tmp_path: Path, **kw: object) -> FuzzOptions:
+    values: dict[str, object] = {
+        "target": target,
+        "command": command,
+        "heartbeat_interval": INTERVAL,
+        "liveness": LIVENESS,
+        "examples": 20,
+        "max_steps": 8,
+        "time_budget": 8.0,
+        "seed": 1,
+        "findings_dir": tmp_path,
+    }
+    values.update(kw)
+    return FuzzOptions(ANY_PORT, **values)  # type: ignore[arg-type]
+
+
+def _planted(role: str, flaw: str) -> list[str]:
+    argv = [sys.executable, str(PLANTED), role, flaw, "{endpoint}"]
+    return [*argv, str(INTERVAL), str(LIVENESS)] if role == "worker" else argv
+
+
+@pytest.mark.parametrize(("target", "command"), [("worker", DOMO_WORKER), ("client", DOMO_CLIENT)])
+def test_domo_peer_conforms(target: str, command: list[str], tmp_path: Path) -> None:
+    """`domo worker` and `domo call --repeat 0`, started by the fuzzer: nothing found."""
+    result = fuzz(_options(target, command, tmp_path, examples=12), progress=None)
+    assert result.examples >= 3
+    assert result.findings == []
+
+
+@pytest.mark.parametrize("role", ["worker", "client"])
+def test_control_planted_peer_conforms(role: str, tmp_path: Path) -> None:
+    """The hand-written peers with no flaw are clean, so each flaw alone is what is caught."""
+    result = fuzz(_options(role, _planted(role, "none"), tmp_path, examples=10), progress=None)
+    assert result.examples >= 3
+    assert result.findings == []
+
+
+@pytest.mark.parametrize(
+    ("role", "flaw", "rule"),
+    [
+        ("worker", "final-without-request", "MDP-R-01"),
+        ("worker", "no-heartbeat", "MDP-H-04"),
+        ("worker", "ignore-disconnect", "MDP-W-17"),
+        ("worker", "wrong-address", "MDP-R-03"),
+        ("worker", "die-on-garbage", "MDP-W-08"),
+        ("client", "ignore-service", "MDP-D-20"),
+        ("client", "partial-is-final", "MDP-C-05"),
+    ],
+)
+def test_planted_peer_is_caught(role: str, flaw: str, rule: str, tmp_path: Path) -> None:
+    options = _options(role, _planted(role, flaw), tmp_path, first=True, time_budget=5.0)
+    result = fuzz(options, progress=None)
+    assert rule in result.rules, [str(f.violation) for f in result.findings]
+    finding = next(f for f in result.findings if f.violation.rule == rule)
+    assert finding.replay_file == tmp_path / f"{role}-{rule}.json"
+    replay = load_replay(finding.replay_file)
+    assert (replay.target, replay.rule, replay.steps) == (role, rule, finding.steps)
+
+
+def test_replay_runs_again_against_a_peer(tmp_path: Path) -> None:
+    """A saved worker scenario runs again: the flaw shows, the control passes the same steps."""
+    steps = [Step("request", 0, 0), Step("wait", 0, 2), Step("request", 0, 6)]
+    path = tmp_path / "scenario.json"
+    save_replay(path, Replay("worker", INTERVAL, LIVENESS, steps, "MDP-R-01"))
+    replay = load_replay(path)
+    flawed = _options("worker", _planted("worker", "final-without-request"), tmp_path)
+    assert "MDP-R-01" in [v.rule for v in replay_file(flawed, replay)]
+    control = _options("worker", _planted("worker", "none"), tmp_path)
+    assert replay_file(control, replay) == []
