@@ -534,6 +534,8 @@ async def _fuzz(args: argparse.Namespace) -> int:
         return EXIT_ENDPOINT
     for finding in result.findings:
         print(fuzz.format_finding(finding, options.target))
+    if result.never_served:
+        print(f"domo fuzz: no scenario could run: {result.never_served}")
     print(
         f"domo fuzz: {options.target}: {result.examples} scenarios in {result.seconds:.1f} s; "
         f"{len(result.findings)} rule(s) broken: {', '.join(result.rules) or 'none'}"

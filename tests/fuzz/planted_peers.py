@@ -9,7 +9,9 @@ flaw alone is what the fuzzer finds); the worker's flaws:
 - ``no-heartbeat``: never sends HEARTBEAT (MDP-H-04);
 - ``ignore-disconnect``: on DISCONNECT it sends READY again on the same socket (MDP-W-17);
 - ``wrong-address``: answers to a client address other than the request's (MDP-R-03);
-- ``die-on-garbage``: exits on the first malformed message (MDP-W-08).
+- ``die-on-garbage``: exits on the first malformed message (MDP-W-08);
+- ``delimiter-first``: frames every message as a REQ socket would, an empty frame first
+  (MDP-W-08: the broker cannot parse any of it, so the worker never serves).
 
 The client's flaws:
 
@@ -22,6 +24,7 @@ from __future__ import annotations
 import itertools
 import sys
 import time
+from collections.abc import Sequence
 
 import zmq
 
@@ -35,11 +38,16 @@ SERVICE = b"echo"
 def worker(flaw: str, endpoint: str, interval: float, liveness: int) -> None:
     context: zmq.Context[Socket] = zmq.Context()
 
+    first = [b""] if flaw == "delimiter-first" else []
+
+    def send(sock: Socket, frames: Sequence[bytes]) -> None:
+        sock.send_multipart([*first, *frames])
+
     def connect() -> Socket:
         sock = context.socket(zmq.DEALER)
         sock.setsockopt(zmq.LINGER, 0)
         sock.connect(endpoint)
-        sock.send_multipart(mdp.worker_ready_frames(SERVICE))
+        send(sock, mdp.worker_ready_frames(SERVICE))
         return sock
 
     sock = connect()
@@ -52,7 +60,7 @@ def worker(flaw: str, endpoint: str, interval: float, liveness: int) -> None:
             last_sent = last_heard = time.monotonic()
             continue
         if now - last_sent >= interval and flaw != "no-heartbeat":
-            sock.send_multipart(mdp.HEARTBEAT_FRAMES)
+            send(sock, mdp.HEARTBEAT_FRAMES)
             last_sent = now
         wait = min(last_sent + interval, last_heard + liveness * interval) - time.monotonic()
         if not sock.poll(max(0, int(wait * 1000)) + 1):
@@ -66,7 +74,7 @@ def worker(flaw: str, endpoint: str, interval: float, liveness: int) -> None:
             continue
         if isinstance(command, mdp.WorkerDisconnect):
             if flaw == "ignore-disconnect":
-                sock.send_multipart(mdp.worker_ready_frames(SERVICE))
+                send(sock, mdp.worker_ready_frames(SERVICE))
                 last_sent = last_heard = time.monotonic()
                 continue
             sock.close()
@@ -76,9 +84,9 @@ def worker(flaw: str, endpoint: str, interval: float, liveness: int) -> None:
         last_heard = time.monotonic()
         if isinstance(command, mdp.WorkerRequest):
             client = b"someone-else" if flaw == "wrong-address" else command.client
-            sock.send_multipart(mdp.worker_final_frames(client, command.body))
+            send(sock, mdp.worker_final_frames(client, command.body))
             if flaw == "final-without-request":
-                sock.send_multipart(mdp.worker_final_frames(client, command.body))
+                send(sock, mdp.worker_final_frames(client, command.body))
             last_sent = time.monotonic()
         # READY, PARTIAL or FINAL from a broker: the spec asks nothing of a worker; ignore them.
 

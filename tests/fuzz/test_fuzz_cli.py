@@ -26,9 +26,10 @@ def test_finds_replays_and_exits_1(planted: Callable[[str], str], tmp_path: Path
         "--examples",
         "40",
         "--time-budget",
-        "10",
+        "20",
         "--seed",
-        "4",
+        "1",
+        "--first",
         "--findings-dir",
         str(tmp_path),
     )

@@ -104,6 +104,18 @@ def test_planted_peer_is_caught(role: str, flaw: str, rule: str, tmp_path: Path)
     assert (replay.target, replay.rule, replay.steps) == (role, rule, finding.steps)
 
 
+def test_a_peer_that_never_serves_is_reported_with_what_it_sent(tmp_path: Path) -> None:
+    """A worker whose every message is malformed cannot be played a scenario: the fuzzer says
+    so and reports what it sent (a finding, exit 1), rather than "unreachable" (exit 3)."""
+    command = _planted("worker", "delimiter-first")
+    result = fuzz(_options("worker", command, tmp_path), progress=None)
+    assert result.rules == ["MDP-W-08"]
+    assert result.examples == 0
+    assert "sent READY and answered a request" in result.never_served
+    assert result.findings[0].steps == []
+    assert "expected header b'MDPW02', got b''" in result.findings[0].violation.explanation
+
+
 def test_replay_runs_again_against_a_peer(tmp_path: Path) -> None:
     """A saved worker scenario runs again: the flaw shows, the control passes the same steps."""
     steps = [Step("request", 0, 0), Step("wait", 0, 2), Step("request", 0, 6)]

@@ -37,7 +37,7 @@ from domo.protocol.errors import MalformedMessage
 
 from .scenario import CLIENTS, GARBAGE, SERVICES, WORKERS, Step
 
-__all__ = ["BrokerRun", "TargetDied", "Timing", "Unreachable", "Violation"]
+__all__ = ["BrokerRun", "NeverServed", "TargetDied", "Timing", "Unreachable", "Violation"]
 
 _RUN_IDS: Final = itertools.count()
 _HEARTBEAT: Final = (mdp.WORKER_HEADER, mdp.W_HEARTBEAT)
@@ -79,6 +79,14 @@ class Violation:
 
 class Unreachable(Exception):
     """The target never answered the first probe."""
+
+
+class NeverServed(Unreachable):
+    """The peer connected but never served, and broke rules on the way: ``violations``."""
+
+    def __init__(self, message: str, violations: list[Violation]) -> None:
+        super().__init__(message)
+        self.violations = violations
 
 
 class TargetDied(Exception):
@@ -239,11 +247,9 @@ class _Scenario:
             for step in steps:
                 self.do(step)
                 self.pump(time.monotonic() + 0.005)
-            # Let every pending deadline pass, so late messages and missing DISCONNECTs show.
-            pending = any(
-                w.dead or w.disconnected_at is not None or w.expect_disconnect_by is not None
-                for w in self.workers
-            )
+            # Let every pending deadline pass, so that late messages, missing DISCONNECTs and
+            # missing heartbeats show: any worker still connected has one.
+            pending = any(w.sock is not None for w in self.workers)
             self.pump(time.monotonic() + (self.t.dead_after if pending else self.t.slack))
             if not self.run.probe(self.tag, self.t.probe_timeout):
                 rule = "MDP-W-16" if self.had_garbage else "MDP-A-01"
@@ -269,18 +275,27 @@ class _Scenario:
             return
         if step.kind == "request":
             c = self.clients[step.actor % len(self.clients)]
-            if c.outstanding is None:
-                c.seq += 1
-                service = self.services[step.arg % SERVICES]
-                body = c.address + b":" + str(c.seq).encode()
-                c.outstanding = (service, c.seq)
-                self.requests[(c.address, c.seq)] = (service, body)
-                c.sock.send_multipart(mdp.client_request_frames(service, [body]))
+            if c.outstanding is not None:
+                # It gives up waiting and asks again on a new socket, as MDP-C-08 recommends;
+                # the old request may still be served, to the old address, which is gone.
+                self.abandoned.append(c.sock)
+                self.sockets_made += 1
+                c.address = f"{self.prefix}-c{step.actor}-{self.sockets_made}".encode()
+                c.sock = self.run._socket(c.address)
+                c.outstanding = None
+            c.seq += 1
+            service = self.services[step.arg % SERVICES]
+            body = c.address + b":" + str(c.seq).encode()
+            c.outstanding = (service, c.seq)
+            self.requests[(c.address, c.seq)] = (service, body)
+            c.sock.send_multipart(mdp.client_request_frames(service, [body]))
             return
         w = self.workers[step.actor % len(self.workers)]
         live = w.sock is not None and not w.dead and w.disconnected_at is None
-        needs_ready = step.kind in ("heartbeat", "disconnect", "die", "pause") or (
-            step.kind == "unexpected" and step.arg % 4 != 3
+        needs_ready = (
+            step.kind in ("heartbeat", "disconnect", "die", "pause")
+            or (step.kind == "unexpected" and step.arg % 4 != 3)
+            or (step.kind == "late-final" and not w.dead)
         )
         if needs_ready and not (live and w.registered):
             # A step that needs a registered worker registers it first (on s0), so that
@@ -314,7 +329,14 @@ class _Scenario:
                 if live and w.registered:
                     w.dead = True
             case "late-final":
+                # Die first if alive; send the FINAL once the broker has certainly expired the
+                # worker, so that a random scenario needs no exact run of waits for MDP-D-10.
+                if live and w.registered:
+                    w.dead = True
+                if w.dead and w.sock is not None:
+                    self.pump(w.last_sent + self.t.dead_after + 0.01)
                 if w.dead and w.holding is not None and w.sock is not None:
+                    now = time.monotonic()
                     late = now - w.last_sent >= self.t.dead_after
                     self.send_reply(w, mdp.W_FINAL, late=late)
                     self.retire(w)  # a zombie: whatever the broker says to it now is allowed
@@ -384,9 +406,10 @@ class _Scenario:
                 owner = socks[sock]
                 while owner_sock_has(sock):
                     frames = sock.recv_multipart()
+                    if owner.sock is not sock:
+                        continue  # a socket the actor has left; what comes to it is allowed
                     if isinstance(owner, _Worker):
-                        if owner.sock is sock:
-                            self.to_worker(owner, frames)
+                        self.to_worker(owner, frames)
                     else:
                         self.to_client(owner, frames)
 

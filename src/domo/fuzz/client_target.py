@@ -32,7 +32,7 @@ from domo.protocol import mdp
 from domo.protocol.errors import MalformedMessage
 
 from .bound import BoundRun, PeerExited
-from .broker_target import TargetDied, Timing, Unreachable, Violation
+from .broker_target import NeverServed, TargetDied, Timing, Unreachable, Violation
 from .scenario import GARBAGE_TO_CLIENT, Step
 
 __all__ = ["ClientRun"]
@@ -127,10 +127,13 @@ class ClientRun(BoundRun):
             raise Unreachable(f"no MDP/0.2 client: {error}") from error
         if not served:
             how = "started by --exec" if self.peer is not None else "connected"
-            raise Unreachable(
+            message = (
                 f"no MDP/0.2 client {how} at {self.endpoint} sent two requests one after the "
                 f"other within {self.peer_timeout:.1f} s"
             )
+            if self.violations:  # it spoke, but not as the spec says
+                raise NeverServed(message, self.violations)
+            raise Unreachable(message)
         seen, self.violations = self.violations, []
         return seen
 

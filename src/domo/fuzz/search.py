@@ -21,7 +21,7 @@ from typing import Protocol, TextIO
 from hypothesis import HealthCheck, Phase, find, settings
 from hypothesis.errors import NoSuchExample
 
-from .broker_target import BrokerRun, TargetDied, Timing, Violation
+from .broker_target import BrokerRun, NeverServed, TargetDied, Timing, Violation
 from .client_target import ClientRun
 from .scenario import TARGETS, Replay, Step, describe, save_replay, scenarios
 from .worker_target import WorkerRun
@@ -89,6 +89,7 @@ class FuzzResult:
     findings: list[Finding] = field(default_factory=list)
     examples: int = 0
     seconds: float = 0.0
+    never_served: str = ""  # why no scenario could run, when the peer never served
 
     @property
     def rules(self) -> list[str]:
@@ -141,11 +142,20 @@ def fuzz(options: FuzzOptions, progress: TextIO | None = sys.stderr) -> FuzzResu
         progress.flush()
     try:
         found: set[str] = set()
-        for violation in run.first_probe():
+        try:
+            first = run.first_probe()
+        except NeverServed as never:
+            # No scenario can run; what it sent instead is the finding (exit 1, not 3).
+            first = never.violations
+            result.never_served = str(never)
+            options = replace(options, examples=0)
+        for violation in first:
             if violation.rule not in found:
                 found.add(violation.rule)
                 result.findings.append(_finding(options, violation, []))
         rng = random.Random(options.seed)
+        if options.examples == 0:
+            return result
         died: list[tuple[Violation, list[Step]]] = []
         stop: list[bool] = []
         while time.monotonic() - start < options.time_budget:
@@ -239,7 +249,10 @@ def replay_file(
     )
     run = open_run(options)
     try:
-        seen = run.first_probe()
+        try:
+            seen = run.first_probe()
+        except NeverServed as never:
+            return never.violations
         if show is not None:
             for i, step in enumerate(replay.steps, 1):
                 show(f"  {i}. {describe(step, replay.target)}")

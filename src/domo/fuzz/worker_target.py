@@ -37,7 +37,7 @@ from domo.protocol import mdp
 from domo.protocol.errors import MalformedMessage
 
 from .bound import BoundRun, PeerExited
-from .broker_target import TargetDied, Timing, Unreachable, Violation
+from .broker_target import NeverServed, TargetDied, Timing, Unreachable, Violation
 from .scenario import (
     GARBAGE_ADDRESS,
     GARBAGE_TO_WORKER,
@@ -98,6 +98,7 @@ class WorkerRun(BoundRun):
         self.expect_ready: tuple[float, str, str] | None = None  # by, rule, why
         self.short_silence: tuple[float, float] | None = None  # (from, until): no giving up
         self.addresses = itertools.count()
+        self.not_back: Violation | None = None  # it did not come back after DISCONNECT/silence
 
     @property
     def reply_timeout(self) -> float:
@@ -164,10 +165,13 @@ class WorkerRun(BoundRun):
             raise Unreachable(f"no MDP/0.2 worker: {error}") from error
         if not served:
             how = "started by --exec" if self.peer is not None else "connected"
-            raise Unreachable(
+            message = (
                 f"no MDP/0.2 worker {how} at {self.endpoint} sent READY and answered a request "
                 f"within {self.reconnect_timeout:.1f} s"
             )
+            if self.violations:  # it spoke, but not as the spec says
+                raise NeverServed(message, self.violations)
+            raise Unreachable(message)
         seen, self.violations = self.violations, []
         return seen
 
@@ -175,6 +179,7 @@ class WorkerRun(BoundRun):
         """Play ``steps``; the violations seen (``TargetDied`` if the worker stops serving)."""
         self.examples += 1
         self.violations = []
+        self.not_back = None
         provoked: set[str] = set()
         for step in steps:
             self.do(step, provoked)
@@ -194,6 +199,8 @@ class WorkerRun(BoundRun):
         return self.violations
 
     def died(self, provoked: set[str], exited: int | None) -> Violation:
+        if self.not_back is not None and exited is None:
+            return self.not_back
         how = (
             f"the worker process exited with code {exited}"
             if exited is not None
@@ -334,6 +341,7 @@ class WorkerRun(BoundRun):
         if self.expect_ready is not None and now > self.expect_ready[0]:
             _, rule, why = self.expect_ready
             self.expect_ready = None
+            self.not_back = Violation(rule, why)
             self.flag(None, rule, why)
 
     def heard(self, identity: bytes, frames: list[bytes]) -> None:
