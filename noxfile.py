@@ -77,3 +77,14 @@ def bench(session: nox.Session) -> None:
     session.install("-e", ".", "matplotlib")
     for script in sorted(Path("benchmarks").glob("[!_]*.py")):
         session.run("python", str(script), *session.posargs)
+
+
+@nox.session
+def conformance(session: nox.Session) -> None:
+    """``domo fuzz`` against majortomo's broker, worker and client (and domo's, as a control).
+
+    Writes docs/conformance.json and the table of docs/conformance.md; e.g. ``nox -s conformance
+    -- --time-budget 300``. majortomo runs from ``.bench-venvs/majortomo`` (made on first use).
+    """
+    session.install("-e", ".[fuzz]")
+    session.run("python", "conformance/run.py", *session.posargs)
