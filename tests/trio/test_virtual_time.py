@@ -235,6 +235,38 @@ async def test_client_resend_recovers_a_lost_request(
             nursery.cancel_scope.cancel()
 
 
+async def test_a_stray_reply_between_requests_is_not_taken_for_the_next_reply(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """MDP-D-20, MDP-C-06: a broker that sends a second FINAL after the first request ended; it
+    reaches the idle session before the next request is sent, and is dropped, not taken for
+    that request's reply (the session reads its socket before each request)."""
+    net = FakeNetwork()
+    router, _ = net.bind([EP], 1000)
+
+    async def broker_with_a_duplicate_final() -> None:
+        answered = 0
+        while True:
+            await router.wait(False)
+            for peer, *frames in router.receive(10):
+                answered += 1
+                service, body = frames[2], frames[3:]
+                router.send((peer, b"MDPC02", b"\x03", service, b"answer %d" % answered))
+                if answered == 1:
+                    await trio.sleep(0.1)
+                    router.send((peer, b"MDPC02", b"\x03", service, b"stray"))
+
+    with trio.fail_after(60):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(broker_with_a_duplicate_final)
+            async with Client(EP, timeout=5, retries=0, transport=net) as client:
+                assert await client.request("echo", b"x") == [b"answer 1"]
+                await trio.sleep(1)  # the stray FINAL is now waiting on the idle socket
+                assert await client.request("echo", b"y") == [b"answer 2"]
+            nursery.cancel_scope.cancel()
+            router.close(0)
+
+
 async def test_cancelled_request_leaves_the_client_usable_on_a_new_socket(
     autojump_clock: trio.testing.MockClock,
 ) -> None:

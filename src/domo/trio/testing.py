@@ -64,7 +64,9 @@ class _FakeConnection:
             self._wakeup = trio.Event()
             with trio.move_on_at(due):
                 await self._wakeup.wait()
-                return
+                break
+        if self.closed:  # closed by another task while waiting, as trio's notify_closing says
+            raise trio.ClosedResourceError("the connection was closed")
         await trio.lowlevel.checkpoint()
 
     def receive(self, limit: int) -> list[list[bytes]]:
@@ -92,6 +94,7 @@ class _FakeConnection:
 
     def close(self, linger: float) -> None:
         self.closed = True
+        self._wakeup.set()  # a task waiting on it wakes with ClosedResourceError
         routers = self._net._routers
         for endpoint in [e for e, router in routers.items() if router is self]:
             del routers[endpoint]
