@@ -77,3 +77,24 @@ def bench(session: nox.Session) -> None:
     session.install("-e", ".", "matplotlib")
     for script in sorted(Path("benchmarks").glob("[!_]*.py")):
         session.run("python", str(script), *session.posargs)
+
+
+@nox.session
+def conformance(session: nox.Session) -> None:
+    """``domo fuzz`` against majortomo's broker, worker and client, and domo's own; not in CI.
+
+    Rewrites ``docs/conformance.json`` and the table of ``docs/conformance.md``. majortomo 0.2.0
+    (with ``six``, which it needs) lives in ``.bench-venvs/majortomo``, made here with ``python
+    -m venv`` and pip if missing (the benchmarks share it); it is never a domo dependency.
+    Options after ``--`` go to ``conformance/run.py``, e.g. ``nox -s conformance -- --targets
+    broker --time-budget 30``.
+    """
+    session.install("-e", ".[fuzz]")
+    venv = Path(".bench-venvs") / "majortomo"
+    python = venv / "bin" / "python"
+    if not python.exists():
+        session.run("python", "-m", "venv", str(venv))
+        session.run(
+            str(python), "-m", "pip", "install", "-q", "majortomo==0.2.0", "six", external=True
+        )
+    session.run("python", "conformance/run.py", "--majortomo-python", str(python), *session.posargs)
