@@ -153,6 +153,11 @@ def fuzz_command(target: str, endpoint: str, findings: Path, o: argparse.Namespa
     ]  # fmt: skip
 
 
+def shown(argv: list[str]) -> str:
+    """A command line as the record keeps it: paths inside the checkout made relative to it."""
+    return shlex.join(argv).replace(f"{ROOT}{os.sep}", "")
+
+
 def read_findings(findings: Path, target: str) -> list[dict[str, Any]]:
     """Rule, explanation and readable scenario of each replay file ``domo fuzz`` saved."""
     found = []
@@ -170,9 +175,14 @@ def read_findings(findings: Path, target: str) -> list[dict[str, Any]]:
     return found
 
 
+PROGRESS = re.compile(r"^domo fuzz: \d+/\d+ examples")  # the \r-redrawn progress line
+
+
 def _tail(path: Path, lines: int = 5) -> list[str]:
+    """The last ``lines`` lines of a log, without blank and progress lines."""
     text = path.read_text(encoding="utf-8", errors="replace").replace("\r", "\n")
-    return [line.strip() for line in text.splitlines() if line.strip()][-lines:]
+    kept = [line.strip() for line in text.splitlines() if line.strip()]
+    return [line for line in kept if not PROGRESS.match(line)][-lines:]
 
 
 def run_target(system: str, target: str, o: argparse.Namespace, group: Processes) -> dict[str, Any]:
@@ -185,7 +195,7 @@ def run_target(system: str, target: str, o: argparse.Namespace, group: Processes
     broker: subprocess.Popen[bytes] | None = None
     if target == "broker":
         argv = [arg.replace("{endpoint}", endpoint) for arg in peer]
-        record["peer_command"] = shlex.join(argv)
+        record["peer_command"] = shown(argv)
         log = o.run_dir / f"{name}.out"
         broker = group.start(argv, log, o.run_dir / f"{name}.err")
         trouble = wait_for_output(broker, log, BROKER_READY[system], 30.0)
@@ -194,9 +204,9 @@ def run_target(system: str, target: str, o: argparse.Namespace, group: Processes
             return {**record, "status": "not run", "reason": f"the broker {trouble}"}
         fuzz = fuzz_command(target, endpoint, findings, o)
     else:
-        record["peer_command"] = shlex.join(peer)
+        record["peer_command"] = shown(peer)
         fuzz = [*fuzz_command(target, endpoint, findings, o), "--exec", shlex.join(peer)]
-    record["fuzz_command"] = shlex.join(fuzz)
+    record["fuzz_command"] = shown(fuzz)
     print(f"== {name}: {record['fuzz_command']}", flush=True)
     out, err = o.run_dir / f"{name}.fuzz.out", o.run_dir / f"{name}.fuzz.err"
     started = time.monotonic()
@@ -231,6 +241,7 @@ def run_target(system: str, target: str, o: argparse.Namespace, group: Processes
         "examples": int(summary.group(1)) if summary else None,
         "seconds": round(seconds, 1),
         "stderr_tail": _tail(err),
+        "notes": [line for line in stdout.splitlines() if line.startswith("domo fuzz: no ")],
         "broker_stderr_tail": _tail(o.run_dir / f"{name}.err") if broker is not None else [],
         "findings": found,
     }
@@ -356,11 +367,11 @@ def render(record: dict[str, Any]) -> str:
                     f"| {run['system']} | {run['target']} | {f['rule']} | "
                     f"{_cell(f['explanation'])} |"
                 )
-    quiet = [r for r in ran if r["exit_code"] not in (0, 1) or r["outcome"].startswith("error")]
-    for run in quiet:
+    for run in (r for r in ran if r["exit_code"] != 0):
         lines += [
             "",
-            f"{run['system']} {run['target']}, the last lines `domo fuzz` wrote on stderr:",
+            f"{run['system']} {run['target']}, the last lines on stderr (`domo fuzz`, and the "
+            "peer it started with `--exec`):",
         ]
         lines += ["", "```", *(run["stderr_tail"] or ["(nothing)"]), "```"]
         if run.get("broker_stderr_tail"):
@@ -369,7 +380,10 @@ def render(record: dict[str, Any]) -> str:
     for run in ran:
         for f in run["findings"]:
             lines += ["", f"**{run['system']} {run['target']}, {f['rule']}**, shrunk scenario:", ""]
-            lines += [f"{i}. {step}" for i, step in enumerate(f["scenario"], 1)]
+            steps = [f"{i}. {step}" for i, step in enumerate(f["scenario"], 1)]
+            lines += steps or ["(no steps: seen before any scenario ran)"]
+        for note in run.get("notes", []):
+            lines += ["", f"{run['system']} {run['target']}: `{note}`"]
     return "\n".join(lines)
 
 

@@ -75,6 +75,18 @@ def _record() -> dict[str, Any]:
                 "findings": [],
             },
             {
+                "system": "majortomo",
+                "target": "worker",
+                "status": "ran",
+                "exit_code": 1,
+                "outcome": "rules broken",
+                "examples": 0,
+                "seconds": 10.5,
+                "stderr_tail": [],
+                "notes": ["domo fuzz: no scenario could run: no worker sent READY"],
+                "findings": [{**finding, "rule": "MDP-W-08", "scenario": []}],
+            },
+            {
                 "system": "domo",
                 "target": "worker",
                 "status": "not run",
@@ -95,6 +107,8 @@ def test_render_lists_every_run_finding_and_scenario(run: ModuleType) -> None:
     assert "domo fuzz: target unreachable: no client" in lines  # why exit 3, from stderr
     assert "1. w0: connect a new socket, READY s0" in lines
     assert "2. wait 6/2 heartbeat intervals" in lines
+    assert "(no steps: seen before any scenario ran)" in lines
+    assert "majortomo worker: `domo fuzz: no scenario could run: no worker sent READY`" in lines
     assert "seed 1" in section
     assert "abc1234" in section
 
