@@ -368,11 +368,8 @@ def render(record: dict[str, Any]) -> str:
                     f"{_cell(f['explanation'])} |"
                 )
     for run in (r for r in ran if r["exit_code"] != 0):
-        lines += [
-            "",
-            f"{run['system']} {run['target']}, the last lines on stderr (`domo fuzz`, and the "
-            "peer it started with `--exec`):",
-        ]
+        who = "`domo fuzz`" if run["target"] == "broker" else "`domo fuzz` and the peer it started"
+        lines += ["", f"{run['system']} {run['target']}, the last lines on stderr ({who}):"]
         lines += ["", "```", *(run["stderr_tail"] or ["(nothing)"]), "```"]
         if run.get("broker_stderr_tail"):
             lines += ["", "and the broker (all it wrote, or its last lines):", "", "```"]
@@ -429,7 +426,15 @@ def main() -> None:
     parser.add_argument("--json", type=Path, default=RECORD, help="the record to write")
     parser.add_argument("--doc", type=Path, default=DOC, help="the document whose table to redo")
     parser.add_argument("--no-write", action="store_true", help="write neither --json nor --doc")
+    parser.add_argument(
+        "--from-json", type=Path, metavar="FILE", help="run nothing: redo --doc's table from FILE"
+    )
     o = parser.parse_args()
+    if o.from_json is not None:
+        section = render(json.loads(o.from_json.read_text(encoding="utf-8")))
+        o.doc.write_text(replace_section(o.doc.read_text(encoding="utf-8"), section))
+        print(f"wrote the table of {o.doc} from {o.from_json}")
+        return
     if "majortomo" in o.systems and not o.majortomo_python.exists():
         parser.error(f"no {o.majortomo_python}: run `nox -s conformance`, which makes it")
     o.run_dir = o.run_dir or Path(tempfile.mkdtemp(prefix="domo-conformance-"))
