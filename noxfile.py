@@ -81,10 +81,20 @@ def bench(session: nox.Session) -> None:
 
 @nox.session
 def conformance(session: nox.Session) -> None:
-    """``domo fuzz`` against majortomo's broker, worker and client (and domo's, as a control).
+    """``domo fuzz`` against majortomo's broker, worker and client, and domo's own; not in CI.
 
-    Writes docs/conformance.json and the table of docs/conformance.md; e.g. ``nox -s conformance
-    -- --time-budget 300``. majortomo runs from ``.bench-venvs/majortomo`` (made on first use).
+    Rewrites ``docs/conformance.json`` and the table of ``docs/conformance.md``. majortomo 0.2.0
+    (with ``six``, which it needs) lives in ``.bench-venvs/majortomo``, made here with ``python
+    -m venv`` and pip if missing (the benchmarks share it); it is never a domo dependency.
+    Options after ``--`` go to ``conformance/run.py``, e.g. ``nox -s conformance -- --targets
+    broker --time-budget 30``.
     """
     session.install("-e", ".[fuzz]")
-    session.run("python", "conformance/run.py", *session.posargs)
+    venv = Path(".bench-venvs") / "majortomo"
+    python = venv / "bin" / "python"
+    if not python.exists():
+        session.run("python", "-m", "venv", str(venv))
+        session.run(
+            str(python), "-m", "pip", "install", "-q", "majortomo==0.2.0", "six", external=True
+        )
+    session.run("python", "conformance/run.py", "--majortomo-python", str(python), *session.posargs)

@@ -250,7 +250,7 @@ async def test_a_stray_reply_between_requests_is_not_taken_for_the_next_reply(
             await router.wait(False)
             for peer, *frames in router.receive(10):
                 answered += 1
-                service, body = frames[2], frames[3:]
+                service = frames[2]
                 router.send((peer, b"MDPC02", b"\x03", service, b"answer %d" % answered))
                 if answered == 1:
                     await trio.sleep(0.1)
