@@ -19,6 +19,8 @@ from typing import Final
 
 import zmq
 
+from .broker_target import NeverServed, Unreachable, Violation
+
 __all__ = ["BoundRun", "PeerExited", "PeerProcess", "command_line"]
 
 _ENDPOINT_MARK: Final = "{endpoint}"
@@ -88,8 +90,13 @@ class BoundRun:
     """A bound ROUTER and the peer process; subclasses check what the peer sends.
 
     Subclasses implement :meth:`heard` (one message from one connection, already split into
-    its routing id and frames) and :meth:`timers` (called before every wait).
+    its routing id and frames), :meth:`timers` (called before every wait) and :meth:`probe`, and
+    say what they are (``role``), how long the peer may take (``patience``) and what a peer that
+    serves does first (``serving``).
     """
+
+    role = "peer"
+    serving = "served"
 
     def __init__(self, endpoint: str, command: str | Sequence[str] | None = None) -> None:
         self.context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
@@ -115,6 +122,7 @@ class BoundRun:
             else None
         )
         self.examples = 0
+        self.violations: list[Violation] = []
 
     def close(self) -> None:
         if self.peer is not None:
@@ -128,6 +136,37 @@ class BoundRun:
             self.monitor.recv_multipart()
             self.ended += 1
         return self.ended
+
+    @property
+    def patience(self) -> float:
+        """How long the peer may take to connect, or to come back."""
+        return 10.0
+
+    def probe(self, timeout: float, *, first: bool = False) -> bool:
+        """Does the peer serve (a request answered, a request sent) within ``timeout``?"""
+        raise NotImplementedError
+
+    def first_probe(self) -> list[Violation]:
+        """``Unreachable`` unless the peer connects and serves in time; the violations seen.
+
+        A peer that spoke but never served (every message malformed, say) is ``NeverServed``,
+        with what it broke.
+        """
+        try:
+            served = self.probe(self.patience, first=True)
+        except PeerExited as error:
+            raise Unreachable(f"no MDP/0.2 {self.role}: {error}") from error
+        if not served:
+            how = "started by --exec" if self.peer is not None else "connected"
+            message = (
+                f"no MDP/0.2 {self.role} {how} at {self.endpoint} {self.serving} within "
+                f"{self.patience:.1f} s"
+            )
+            if self.violations:  # it spoke, but not as the spec says
+                raise NeverServed(message, self.violations)
+            raise Unreachable(message)
+        seen, self.violations = self.violations, []
+        return seen
 
     def keep_peer_running(self, first: bool) -> None:
         """Restart the peer process if it exited; before it ever served (``first``), give up.

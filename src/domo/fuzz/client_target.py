@@ -31,8 +31,8 @@ from typing import Final
 from domo.protocol import mdp
 from domo.protocol.errors import MalformedMessage
 
-from .bound import BoundRun, PeerExited
-from .broker_target import NeverServed, TargetDied, Timing, Unreachable, Violation
+from .bound import BoundRun
+from .broker_target import TargetDied, Timing, Violation
 from .scenario import GARBAGE_TO_CLIENT, Step
 
 __all__ = ["ClientRun"]
@@ -63,6 +63,9 @@ class _Connection:
 class ClientRun(BoundRun):
     """A bound endpoint the client under test connects to; :meth:`run` plays one scenario."""
 
+    role = "client"
+    serving = "sent two requests one after the other"
+
     def __init__(
         self, endpoint: str, timing: Timing, command: str | Sequence[str] | None = None
     ) -> None:
@@ -70,8 +73,11 @@ class ClientRun(BoundRun):
         self.t = timing
         self.connections: dict[bytes, _Connection] = {}
         self.names = itertools.count()
-        self.violations: list[Violation] = []
         self.latest: _Connection | None = None  # the connection of the newest REQUEST
+
+    @property
+    def patience(self) -> float:
+        return self.peer_timeout
 
     @property
     def peer_timeout(self) -> float:
@@ -118,24 +124,6 @@ class ClientRun(BoundRun):
             return False
         self.answer(conn)
         return self.wait_for_request(timeout, first=first) is not None
-
-    def first_probe(self) -> list[Violation]:
-        """``Unreachable`` unless a client connects and keeps sending requests; violations seen."""
-        try:
-            served = self.probe(self.peer_timeout, first=True)
-        except PeerExited as error:
-            raise Unreachable(f"no MDP/0.2 client: {error}") from error
-        if not served:
-            how = "started by --exec" if self.peer is not None else "connected"
-            message = (
-                f"no MDP/0.2 client {how} at {self.endpoint} sent two requests one after the "
-                f"other within {self.peer_timeout:.1f} s"
-            )
-            if self.violations:  # it spoke, but not as the spec says
-                raise NeverServed(message, self.violations)
-            raise Unreachable(message)
-        seen, self.violations = self.violations, []
-        return seen
 
     def run(self, steps: list[Step]) -> list[Violation]:
         """Play ``steps``; the violations seen (``TargetDied`` if the client stops)."""

@@ -36,8 +36,8 @@ from typing import Final
 from domo.protocol import mdp
 from domo.protocol.errors import MalformedMessage
 
-from .bound import BoundRun, PeerExited
-from .broker_target import NeverServed, TargetDied, Timing, Unreachable, Violation
+from .bound import BoundRun
+from .broker_target import TargetDied, Timing, Violation
 from .scenario import (
     GARBAGE_ADDRESS,
     GARBAGE_TO_WORKER,
@@ -87,6 +87,9 @@ class _Connection:
 class WorkerRun(BoundRun):
     """A bound endpoint the worker under test connects to; :meth:`run` plays one scenario."""
 
+    role = "worker"
+    serving = "sent READY and answered a request"
+
     def __init__(
         self, endpoint: str, timing: Timing, command: str | Sequence[str] | None = None
     ) -> None:
@@ -94,7 +97,6 @@ class WorkerRun(BoundRun):
         self.t = timing
         self.connections: dict[bytes, _Connection] = {}
         self.names = itertools.count()
-        self.violations: list[Violation] = []
         self.expect_ready: tuple[float, str, str] | None = None  # by, rule, why
         self.short_silence: tuple[float, float] | None = None  # (from, until): no giving up
         self.addresses = itertools.count()
@@ -104,6 +106,10 @@ class WorkerRun(BoundRun):
     def reply_timeout(self) -> float:
         """How long a worker may take to answer one of the fuzzer's requests."""
         return max(2.0, 2 * self.t.dead_after)
+
+    @property
+    def patience(self) -> float:
+        return self.reconnect_timeout
 
     @property
     def reconnect_timeout(self) -> float:
@@ -156,24 +162,6 @@ class WorkerRun(BoundRun):
         answered = address not in conn.holding and conn.usable
         conn.holding.pop(address, None)
         return answered
-
-    def first_probe(self) -> list[Violation]:
-        """``Unreachable`` unless a worker connects and answers in time; the violations seen."""
-        try:
-            served = self.probe(self.reconnect_timeout, first=True)
-        except PeerExited as error:
-            raise Unreachable(f"no MDP/0.2 worker: {error}") from error
-        if not served:
-            how = "started by --exec" if self.peer is not None else "connected"
-            message = (
-                f"no MDP/0.2 worker {how} at {self.endpoint} sent READY and answered a request "
-                f"within {self.reconnect_timeout:.1f} s"
-            )
-            if self.violations:  # it spoke, but not as the spec says
-                raise NeverServed(message, self.violations)
-            raise Unreachable(message)
-        seen, self.violations = self.violations, []
-        return seen
 
     def run(self, steps: list[Step]) -> list[Violation]:
         """Play ``steps``; the violations seen (``TargetDied`` if the worker stops serving)."""
