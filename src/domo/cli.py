@@ -45,6 +45,7 @@ from domo.trio import (
     RemoteError,
     RequestFailed,
     RequestTimeout,
+    ZmqTransport,
     run_worker,
     serve_broker,
 )
@@ -904,13 +905,14 @@ class DemoLoad:
 
 
 async def _demo(args: argparse.Namespace) -> int:
-    context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+    # One context for the broker, workers and clients (inproc:// needs that). Every socket is
+    # closed when their tasks end, so terminating it is quick; ZmqTransport.aclose still bounds
+    # the wait, as libzmq 4.3.5 was seen to block term() rarely with every socket closed.
+    transport = ZmqTransport()
     try:
-        return await _run_demo(args, context)
+        return await _run_demo(args, transport.context)
     finally:
-        # Every socket is closed by now (their tasks have ended), so term() returns at once.
-        with trio.CancelScope(shield=True):
-            await trio.to_thread.run_sync(context.term)
+        await transport.aclose()
 
 
 async def _run_demo(args: argparse.Namespace, context: zmq.Context[zmq.Socket[bytes]]) -> int:
