@@ -472,7 +472,7 @@ def _check_fuzz(args: argparse.Namespace) -> None:
     if args.replay is not None and not args.replay.is_file():
         args.parser.error(f"--replay: no such file: {args.replay}")
     if args.command is not None:
-        if args.target not in ("worker", "client"):
+        if args.target == "broker" or (args.target is None and args.replay is None):
             args.parser.error("--exec starts a worker or client: give --target worker or client")
         try:
             shlex.split(args.command)
@@ -515,6 +515,13 @@ async def _fuzz(args: argparse.Namespace) -> int:
             if args.target is not None and args.target != replay.target:
                 print(
                     f"domo fuzz: {args.replay} is a {replay.target} scenario, not {args.target}",
+                    file=sys.stderr,
+                )
+                return EXIT_USAGE
+            if args.command is not None and replay.target == "broker":
+                print(
+                    f"domo fuzz: {args.replay} is a broker scenario; --exec starts a worker or "
+                    "client",
                     file=sys.stderr,
                 )
                 return EXIT_USAGE

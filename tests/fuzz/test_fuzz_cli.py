@@ -7,6 +7,8 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from domo.fuzz import Replay, Step, save_replay
+
 from .conftest import INTERVAL
 
 
@@ -72,7 +74,9 @@ def test_worker_target_with_exec_finds_and_replays(tmp_path: Path) -> None:
     assert "MDP-R-01:" in found.stdout
     assert "domo fuzz: worker:" in found.stdout
     replay_file = tmp_path / "worker-MDP-R-01.json"
-    again = _domo("fuzz", *common, "--replay", str(replay_file))
+    assert f"replay: domo fuzz --replay {replay_file} ENDPOINT [--exec CMD]" in found.stdout
+    # The file says which target it is for: no --target needed.
+    again = _domo("fuzz", *common[2:], "--replay", str(replay_file))
     assert again.returncode == 1, again.stderr
     assert "MDP-R-01:" in again.stdout
 
@@ -82,6 +86,11 @@ def test_peer_target_usage_errors(tmp_path: Path) -> None:
     broker_exec = _domo("fuzz", "tcp://127.0.0.1:9", "--exec", "true")
     assert broker_exec.returncode == 2
     assert "--exec starts a worker or client" in broker_exec.stderr
+    broker_file = tmp_path / "broker.json"
+    save_replay(broker_file, Replay("broker", INTERVAL, 3, [Step("wait", 0, 1)]))
+    replay_exec = _domo("fuzz", "tcp://127.0.0.1:9", "--replay", str(broker_file), "--exec", "x")
+    assert replay_exec.returncode == 2
+    assert "is a broker scenario; --exec starts a worker or client" in replay_exec.stderr
     missing = _domo("fuzz", "--target", "client", "tcp://127.0.0.1:0", "--exec", "no-such-cmd-x")
     assert missing.returncode == 5
     assert "cannot start 'no-such-cmd-x'" in missing.stderr

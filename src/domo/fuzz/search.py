@@ -103,9 +103,8 @@ def format_finding(finding: Finding, target: str = "broker") -> str:
     if not finding.steps:
         lines.append("    (none: seen while the peer first connected)")
     if finding.replay_file is not None:
-        lines.append(
-            f"  replay: domo fuzz --target {target} --replay {finding.replay_file} ENDPOINT"
-        )
+        peer = "" if target == "broker" else " [--exec CMD]"
+        lines.append(f"  replay: domo fuzz --replay {finding.replay_file} ENDPOINT{peer}")
     return "\n".join(lines)
 
 
