@@ -197,6 +197,30 @@ async def test_call_repeat_sends_one_request_after_another(domo: StartDomo) -> N
     assert done.stderr.count("domo call: no reply from 'nobody'") == 2
 
 
+async def test_bench_loads_a_running_broker_and_reports(domo: StartDomo) -> None:
+    """``domo bench``: clients load a running broker and worker; every echo reply is checked and
+    the figures printed; a service nobody serves gets exit 3 and a hint."""
+    broker, endpoint = await start_broker(domo)
+    await start_worker(domo, broker, "echo", "--connect", endpoint)
+    done = await run_domo("bench", "--connect", endpoint, "--requests", "300", "--clients", "4")
+    assert (done.code, done.stderr) == (EXIT_OK, "")
+    lines = done.stdout.splitlines()
+    assert lines[0] == (
+        f"domo bench: 4 clients -> 'echo' at {endpoint}, 16-byte bodies, 300 requests"
+    )
+    assert re.fullmatch(r"requests done: 300 in [\d.]+ s \(0 failed, 0 wrong replies\)", lines[1])
+    assert re.fullmatch(r"throughput: \d+ requests/s", lines[2])
+    assert re.fullmatch(r"latency: p50 [\d.]+ ms, p99 [\d.]+ ms, max [\d.]+ ms", lines[3])
+    assert "requests completed" not in done.stdout
+    nobody = await run_domo(
+        "bench", "nobody", "--connect", endpoint, "--requests", "2", "--timeout", "0.2",
+        "--retries", "0",
+    )  # fmt: skip
+    assert nobody.code == EXIT_TIMEOUT
+    assert "requests done: 0 in" in nobody.stdout
+    assert "no reply from 'nobody'" in nobody.stderr
+
+
 # --- --exec ---------------------------------------------------------------------------------------
 
 
