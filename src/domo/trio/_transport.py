@@ -16,7 +16,7 @@ from __future__ import annotations
 import errno
 import logging
 from collections.abc import Sequence
-from typing import Final, Protocol, cast
+from typing import Any, Final, Protocol, cast
 
 import trio
 import zmq
@@ -39,6 +39,13 @@ class Connection(Protocol):
 
     def receive(self, limit: int) -> list[list[bytes]]:
         """Up to ``limit`` messages that are ready now, without blocking."""
+
+    def readable(self) -> bool:
+        """Is a message ready now? For a task that sent on a connection another task waits on.
+
+        A send may consume the wake-up of a message that has just arrived (ZeroMQ's FD is
+        edge-triggered); if this says True after such a send, the waiting task must be woken.
+        """
 
     def send(self, frames: Sequence[bytes]) -> int:
         """Send one message without blocking: ``SENT``, ``EAGAIN`` or ``EHOSTUNREACH``.
@@ -64,11 +71,13 @@ class Transport(Protocol):
 
 
 # The socket methods of pyzmq's compiled backend, called directly on the hot path: the
-# ``zmq.Socket`` wrappers re-check their arguments on every frame.
+# ``zmq.Socket`` wrappers re-check their arguments on every frame. Typed ``Any`` so that their
+# results need no ``typing.cast``, which is a function call too: (socket, flags, copy) -> Frame,
+# (socket, option) -> int, (socket, data, flags[, copy]).
 _COPY_BELOW: Final = zmq.COPY_THRESHOLD  # 64 KiB: a smaller frame is copied, a larger one is not
-_send = zmq.backend.Socket.send
-_recv = zmq.backend.Socket.recv
-_get = zmq.backend.Socket.get
+_send: Any = zmq.backend.Socket.send
+_recv: Any = zmq.backend.Socket.recv
+_get: Any = zmq.backend.Socket.get
 _NOBLOCK: Final = int(zmq.NOBLOCK)
 _NOBLOCK_SNDMORE: Final = int(zmq.NOBLOCK | zmq.SNDMORE)
 _RCVMORE: Final = int(zmq.RCVMORE)
@@ -83,35 +92,51 @@ class ZmqConnection:
     def __init__(self, socket: zmq.Socket[bytes]) -> None:
         self._socket = socket
         self._fd = cast(int, socket.getsockopt(zmq.FD))
+        self._has_message = False  # EVENTS showed a message, and no receive has run since
 
     async def wait(self, writable: bool) -> None:
         mask = _POLLIN_POLLOUT if writable else _POLLIN
         socket = self._socket
-        if cast(int, _get(socket, _EVENTS)) & mask:
+        events: int = _get(socket, _EVENTS)
+        if events & mask:
+            self._has_message = bool(events & _POLLIN)
             await trio.lowlevel.checkpoint()  # a busy socket must not starve other tasks
             return
         while True:
             # Reading EVENTS just now re-armed the edge; nothing may touch the socket until
             # wait_readable is entered, so no checkpoint in between.
             await trio.lowlevel.wait_readable(self._fd)
-            if cast(int, _get(socket, _EVENTS)) & mask:
+            events = _get(socket, _EVENTS)
+            if events & mask:
+                self._has_message = bool(events & _POLLIN)
                 return
 
     def receive(self, limit: int) -> list[list[bytes]]:
         # pyzmq's recv_multipart, without its per-call checks: this runs for every message.
         # EVENTS says whether a message is there: cheaper than the zmq.Again an empty socket
-        # raises (pyzmq builds that exception with an import and an errno lookup).
+        # raises (pyzmq builds that exception with an import and an errno lookup). It is not
+        # read again for the first message when ``wait`` has just seen one (only a receive
+        # takes a message away). Frames come as zmq.Frame, whose ``more`` is read in C:
+        # ``get(RCVMORE)`` goes through a Python enum on every call.
         messages: list[list[bytes]] = []
         socket = self._socket
         recv, get = _recv, _get
+        ready, self._has_message = self._has_message, False
         for _ in range(limit):
-            if not cast(int, get(socket, _EVENTS)) & _POLLIN:
+            if not ready and not get(socket, _EVENTS) & _POLLIN:
                 break
-            frames = [recv(socket, _NOBLOCK)]
-            while get(socket, _RCVMORE):
-                frames.append(recv(socket, _NOBLOCK))
+            ready = False
+            frame: zmq.Frame = recv(socket, _NOBLOCK, False)
+            frames = [frame.bytes]
+            while frame.more:
+                frame = recv(socket, _NOBLOCK, False)
+                frames.append(frame.bytes)
             messages.append(frames)
         return messages
+
+    def readable(self) -> bool:
+        self._has_message = bool(_get(self._socket, _EVENTS) & _POLLIN)
+        return self._has_message
 
     def send(self, frames: Sequence[bytes]) -> int:
         socket = self._socket

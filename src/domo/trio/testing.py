@@ -75,6 +75,9 @@ class _FakeConnection:
             messages.append(heapq.heappop(self._inbox)[2])
         return messages
 
+    def readable(self) -> bool:
+        return self._ready()
+
     def send(self, frames: Sequence[bytes]) -> int:
         if self.identity:  # a DEALER: to whichever ROUTER is bound there now
             router = self._net._routers.get(self.endpoint)
