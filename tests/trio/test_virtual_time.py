@@ -8,6 +8,7 @@ every message, when it was sent, and whether it was dropped.
 
 from __future__ import annotations
 
+import contextvars
 import itertools
 from collections.abc import AsyncIterator, Callable, Sequence
 from functools import partial
@@ -656,3 +657,73 @@ async def test_a_hook_that_raises_at_shutdown_still_closes_every_socket(
             nursery.cancel_scope.cancel()
     assert len(net.made) == 3  # the broker's ROUTER, the worker's DEALER, the client's DEALER
     assert all(conn.closed for conn in net.made)
+
+
+async def test_a_stream_reader_slower_than_the_timeout_makes_it_time_out(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """MDP-C-05, MDP-C-08, MDP-D-19: the timeout counts from the last reply the reader was
+    handed. The worker sends two PARTIALs and the FINAL within 0.75 s; a reader that waits
+    0.5 s after each reply (timeout 1 s) gets them all; one that waits 2 s after the first
+    PARTIAL gets ``RequestTimeout`` (timeout-after-partial, no resend) on its next read."""
+    net = FakeNetwork()
+    with trio.fail_after(60):
+        async with trio.open_nursery() as nursery:
+            await start_broker(nursery, net)
+            await start_worker(nursery, net, "count", quick_count)
+            async with Client(EP, timeout=1.0, retries=1, transport=net) as client:
+                start = trio.current_time()
+                seen = []
+                async with client.stream("count", b"3") as stream:
+                    async for reply in stream:
+                        seen.append((trio.current_time() - start, reply.body, reply.final))
+                        await trio.sleep(0.5)
+                assert seen == [(0.5, [b"0"], False), (1.0, [b"1"], False), (1.5, [b"2"], True)]
+                start = trio.current_time()
+                async with client.stream("count", b"3") as stream:
+                    first = await stream.__anext__()
+                    assert (trio.current_time() - start, first.body) == (0.5, [b"0"])
+                    await trio.sleep(2.0)
+                    with pytest.raises(RequestTimeout) as failure:
+                        await stream.__anext__()
+                    assert trio.current_time() - start == 2.5
+                    assert failure.value.reason == "timeout-after-partial"
+                requests = sent(net, (b"MDPC02", b"\x01", b"count"), to_router=True)
+                assert len(requests) == 2  # one per stream: a PARTIAL was seen, no resend
+                assert await client.request("count", b"1") == [b"0"]
+            nursery.cancel_scope.cancel()
+
+
+async def quick_count(body: list[bytes]) -> AsyncIterator[bytes]:
+    for index in range(int(body[0])):
+        await trio.sleep(0.25)
+        yield b"%d" % index
+
+
+REQUEST_TAG: contextvars.ContextVar[bytes] = contextvars.ContextVar("REQUEST_TAG", default=b"")
+
+
+async def test_each_request_runs_its_handler_in_a_fresh_context(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A context variable that one request's handler sets is not seen by the next request's
+    handler on the same session, as if each ran in a task of its own; the worker's own context
+    (set before ``run_worker``) is seen by all."""
+
+    async def tagging(body: list[bytes]) -> list[bytes]:
+        before = REQUEST_TAG.get()
+        REQUEST_TAG.set(body[0])
+        await trio.sleep(0.1)
+        return [before, REQUEST_TAG.get()]
+
+    net = FakeNetwork()
+    with trio.fail_after(60):
+        async with trio.open_nursery() as nursery:
+            await start_broker(nursery, net)
+            REQUEST_TAG.set(b"worker")  # copied into the worker's tasks when they start
+            await start_worker(nursery, net, "tag", tagging)
+            REQUEST_TAG.set(b"")
+            async with Client(EP, transport=net) as client:
+                assert await client.request("tag", b"first") == [b"worker", b"first"]
+                assert await client.request("tag", b"second") == [b"worker", b"second"]
+            nursery.cancel_scope.cancel()

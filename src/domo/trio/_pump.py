@@ -1,11 +1,16 @@
 """Pumps: the one task per socket that moves frames between a connection and a sans-IO machine.
 
-A pump sleeps in one place, ``Connection.wait``, bounded by the machine's ``next_deadline()``;
-when it wakes it reads the time with ``trio.current_time()`` (so a ``MockClock`` applies), feeds
-the ready messages to the machine, ticks it and flushes its outbox without blocking (the broker's
-pump repeats this while messages keep coming, up to ``BATCH`` of them per checkpoint).
-Other tasks never touch the socket: they call the machine through ``SessionPump.call``, which
-wakes the pump (``kick``) so that whatever they queued is sent.
+A pump sleeps in one place, ``Connection.wait``, bounded by the machine's ``next_deadline()``
+(through one cancel scope per deadline, not one per wait); when it wakes it reads the time with
+``trio.current_time()`` (so a ``MockClock`` applies), feeds the ready messages to the machine,
+ticks it and flushes its outbox without blocking (the broker's pump repeats this while messages
+keep coming, up to ``BATCH`` of them per checkpoint).
+
+Other tasks call a session through ``SessionPump.call``. While the pump sleeps on the socket
+with nothing of its own to send, the caller sends what the call queued itself, then reads the
+socket's EVENTS: a send can take the wake-up of a message that has just arrived (ZeroMQ's FD is
+edge-triggered), so if a message is waiting the pump is woken (``kick``). Otherwise the pump is
+woken to send it. Only one task runs at a time, so the socket is never used by two at once.
 
 ``pump_router`` drives the broker's ROUTER: a peer whose pipe is full (EAGAIN) or gone
 (EHOSTUNREACH) is reported to the broker, which decides what that means; the pump never waits for
@@ -35,7 +40,6 @@ from ._transport import EAGAIN, EHOSTUNREACH, SENT, Connection
 __all__ = ["BATCH", "SessionPump", "log_event", "pump_router"]
 
 BATCH = 256  # messages handled per wake-up: one checkpoint per batch, and a flood can't hog us
-ANSWER_YIELDS = 4  # times a session pump yields after a delivery, for an answer to be queued
 
 E = TypeVar("E")
 
@@ -63,25 +67,35 @@ async def pump_router(
     """Run ``broker`` on a bound ROUTER until cancelled (the caller shuts down and closes)."""
     receive = broker.receive
     while True:
-        deadline = broker.next_deadline()
-        # A bare CancelScope: move_on_at would add a generator context manager per wake-up.
-        with trio.CancelScope(deadline=math.inf if deadline is None else deadline):
-            await conn.wait(False)
-        # Drain: up to BATCH messages per checkpoint, re-reading the socket after each flush,
-        # since replies to what was just sent (or other peers' messages) are often there by
-        # then; a wake-up is far dearer than a message. An empty read means the socket is
-        # empty: back to ``wait``, which re-arms the edge-triggered FD before sleeping.
-        budget = BATCH
-        while True:
-            now = trio.current_time()
-            messages = conn.receive(budget)
-            for message in messages:
-                emit(receive(message[0], message[1:], now))
-            emit(broker.tick(now))
-            flush_router(broker, conn, now, emit)
-            budget -= len(messages)
-            if not messages or budget <= 0:
-                break
+        # One cancel scope until the broker's deadline passes, not one per wake-up: entering
+        # and leaving a scope costs more than the wake-up itself. The scope's deadline only
+        # moves earlier; a later one is set when this one has fired (an early tick is harmless,
+        # a late one is not: ``next_deadline`` may be early, never late).
+        with trio.CancelScope() as scope:
+            while True:
+                deadline = broker.next_deadline()
+                if deadline is not None and deadline < scope.deadline:
+                    scope.deadline = deadline
+                await conn.wait(False)
+                # Drain: up to BATCH messages per checkpoint, re-reading the socket after each
+                # flush, since replies to what was just sent (or other peers' messages) are
+                # often there by then; a wake-up is far dearer than a message. An empty read
+                # means the socket is empty: back to ``wait``, which re-arms the
+                # edge-triggered FD before sleeping.
+                budget = BATCH
+                while True:
+                    now = trio.current_time()
+                    messages = conn.receive(budget)
+                    for message in messages:
+                        emit(receive(message[0], message[1:], now))
+                    emit(broker.tick(now))
+                    flush_router(broker, conn, now, emit)
+                    budget -= len(messages)
+                    if not messages or budget <= 0:
+                        break
+        now = trio.current_time()  # the deadline passed: fire the timers that are due
+        emit(broker.tick(now))
+        flush_router(broker, conn, now, emit)
 
 
 def flush_router(
@@ -139,21 +153,32 @@ class SessionPump(Generic[E]):
         self._pending: deque[tuple[bytes, ...]] = deque()  # taken from the outbox, not yet sent
         self._reconnect_at: float | None = -math.inf  # None: keep this socket
         self._kicked = False
-        self._wait_scope: trio.CancelScope | None = None
+        self._scope: trio.CancelScope | None = None  # the pump's, while it waits on the socket
         self._drained = trio.Event()
         self.ready = trio.Event()  # set while the session has a socket, and once the pump stops
 
     def kick(self) -> None:
         """Wake the pump so it flushes what another task queued in the session."""
         self._kicked = True
-        if self._wait_scope is not None:
-            self._wait_scope.cancel()
+        if self._scope is not None:
+            self._scope.cancel()
 
     def call(self, method: Callable[..., list[E]], *args: Any) -> list[E]:
-        """Call a session method with ``now`` appended, handle its events, wake the pump."""
+        """Call a session method with ``now`` appended, handle its events, send what it queued.
+
+        While the pump sleeps on the socket with nothing of its own to send, the caller sends
+        the session's messages itself: waking the pump costs more than the send. The pump is
+        woken only if the socket holds a message it may not be told of (the send may have
+        consumed the edge of ZeroMQ's FD) or the pipe is full.
+        """
         events = method(*args, trio.current_time())
         self._handle(events)
-        self.kick()
+        conn = self._conn
+        asleep = self._scope is not None and not self._pending and self._reconnect_at is None
+        # Short-circuits in order: send only to a sleeping pump's socket, and read EVENTS only
+        # after a send that went through.
+        if not (asleep and conn is not None and self._flush(conn) and not conn.readable()):
+            self.kick()
         return events
 
     async def drained(self) -> None:
@@ -175,9 +200,8 @@ class SessionPump(Generic[E]):
                     self._conn = self._open()
                     self.ready.set()
                     self._handle(self.session.connected(trio.current_time()))
-                    self._kicked = True  # READY (or the resent request) goes out at once
                 assert self._conn is not None
-                await self._step(self._conn)
+                await self._pump(self._conn)
         finally:
             try:
                 self._handle(self._farewell(trio.current_time()))
@@ -188,32 +212,34 @@ class SessionPump(Generic[E]):
                     self._close()
                 self.ready.set()
 
-    async def _step(self, conn: Connection) -> None:
-        if not self._kicked:
-            deadline = self.session.next_deadline()
-            with trio.CancelScope(deadline=math.inf if deadline is None else deadline) as scope:
-                self._wait_scope = scope
-                await conn.wait(bool(self._pending))
-            self._wait_scope = None
+    async def _pump(self, conn: Connection) -> None:
+        """Serve ``conn`` until the session gives it up (it is closed then)."""
+        while True:
+            # One cancel scope until the session's deadline passes or a kick, not one per wait
+            # (a scope costs more than the wait). Its deadline only moves earlier: a wake-up
+            # before the session's deadline is harmless, one after it is not.
+            with trio.CancelScope() as scope:
+                while True:
+                    self._step(conn)
+                    if self._reconnect_at is not None:
+                        self._close()
+                        return
+                    deadline = self.session.next_deadline()
+                    if deadline is not None and deadline < scope.deadline:
+                        scope.deadline = deadline
+                    self._scope = scope
+                    try:
+                        await conn.wait(bool(self._pending))
+                    finally:
+                        self._scope = None
+
+    def _step(self, conn: Connection) -> None:
         self._kicked = False
         now = trio.current_time()
-        messages = conn.receive(BATCH)
-        for message in messages:
+        for message in conn.receive(BATCH):
             self._handle(self.session.receive(message, now))
         self._handle(self.session.tick(now))
         self._flush(conn)
-        if messages and self._reconnect_at is None:
-            # What was just handed over often makes another task answer at once (a handler's
-            # FINAL, a client's next request). Yield so that it can queue that while this pump
-            # is awake (``kick`` then only sets a flag) rather than cancel its wait a moment
-            # later, which costs far more. A few yields: Trio may run this task first in each
-            # batch, and a client's next request takes several steps to reach ``call``.
-            for _ in range(ANSWER_YIELDS):
-                if self._kicked or self._reconnect_at is not None:
-                    break
-                await trio.lowlevel.checkpoint()
-        if self._reconnect_at is not None:  # also if another task's call asked for it just now
-            self._close()
 
     def _handle(self, events: list[E]) -> None:
         for event in events:
@@ -223,14 +249,15 @@ class SessionPump(Generic[E]):
                 self._pending.clear()  # they belonged to the socket being given up
             self._on_event(event)
 
-    def _flush(self, conn: Connection) -> None:
+    def _flush(self, conn: Connection) -> bool:
+        """Send the session's outbox; False if the pipe is full (EAGAIN): the rest waits."""
         self._pending.extend(self.session.take_outgoing())
         while self._pending:
             if conn.send(self._pending[0]) != SENT:
-                break  # EAGAIN: keep it, wait for POLLOUT (a DEALER has a single pipe)
+                return False  # keep it, wait for POLLOUT (a DEALER has a single pipe)
             self._pending.popleft()
-        if not self._pending:
-            self._drained.set()
+        self._drained.set()
+        return True
 
     def _close(self) -> None:
         conn, self._conn = self._conn, None

@@ -9,9 +9,12 @@ A handler gets the request body (a list of frames) and answers in one of two way
   (or the generator ends).
   A generator that yields nothing is a handler error.
 
-Each request's handler runs in its own task, so the session keeps heartbeating while it works
-(MDP-H-04), as long as the handler awaits: run blocking or CPU-bound work with
-``trio.to_thread.run_sync``, or the whole process (and its heartbeats) stalls.
+The handler runs in a task apart from the one that owns the session's socket, so the session
+keeps heartbeating while it works (MDP-H-04), as long as the handler awaits: run blocking or
+CPU-bound work with ``trio.to_thread.run_sync``, or the whole process (and its heartbeats)
+stalls. Each session has one handler task for all its requests (a task per request would cost
+more than the rest of a request's handling); each request's handler runs in a fresh copy of
+the worker's context, so context variables behave as if it had a task of its own.
 
 If the handler raises (or returns something that is not a body), the worker logs the
 traceback and answers with an error FINAL that ``domo.trio.Client`` raises as ``RemoteError``;
@@ -26,9 +29,12 @@ back to the broker, MDP-D-22) and closes the sockets.
 
 from __future__ import annotations
 
+import contextvars
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from typing import TypeAlias
+import math
+import types
+from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Sequence
+from typing import Any, TypeAlias, TypeVar, cast
 
 import trio
 import zmq
@@ -44,6 +50,7 @@ __all__ = ["Body", "Handler", "run_worker"]
 
 logger = logging.getLogger("domo.worker")
 
+T = TypeVar("T")
 Body: TypeAlias = bytes | Sequence[bytes]
 Handler: TypeAlias = Callable[[list[bytes]], Awaitable[Body] | AsyncIterator[Body]]
 
@@ -79,7 +86,7 @@ async def run_worker(
         async with trio.open_nursery() as nursery:
             for _ in range(concurrency):
                 session = WorkerSession(name, config)
-                serving = _Serving(session, handler, nursery, on_event)
+                serving = _Serving(session, handler, on_event)
                 pump = SessionPump(
                     session,
                     lambda: net.connect(endpoint),
@@ -88,6 +95,7 @@ async def run_worker(
                     linger,
                 )
                 serving.pump = pump
+                nursery.start_soon(serving.run)
                 nursery.start_soon(pump.run)
             task_status.started()
     finally:
@@ -95,7 +103,12 @@ async def run_worker(
 
 
 class _Serving:
-    """Runs the handler for the requests of one session."""
+    """Runs the handler for the requests of one session, one after another, in one task.
+
+    The pump hands each request over through a memory channel: a task that waits there costs
+    less than a task spawned per request. A handler that the session gives up is cancelled
+    through the cancel scope around the loop, which is then entered anew.
+    """
 
     pump: SessionPump[WorkerEvent]
 
@@ -103,44 +116,59 @@ class _Serving:
         self,
         session: WorkerSession,
         handler: Handler,
-        nursery: trio.Nursery,
         on_event: Callable[[WorkerEvent], None] | None,
     ) -> None:
         self.session = session
         self._handler = handler
-        self._nursery = nursery
         self._on_event = on_event
-        self._scope: trio.CancelScope | None = None
+        self._send, self._requests = trio.open_memory_channel[RequestReceived](math.inf)
+        self._scope = trio.CancelScope()
+        self._busy = False  # the handler is running
 
     def on_event(self, event: WorkerEvent) -> None:
         log_event(logger, event)
         if self._on_event is not None:
             self._on_event(event)
         if isinstance(event, RequestReceived):
-            self._nursery.start_soon(self._serve, event)
-        elif isinstance(event, RequestAbandoned) and self._scope is not None:
+            self._send.send_nowait(event)
+        elif isinstance(event, RequestAbandoned) and self._busy:
             self._scope.cancel()
 
-    async def _serve(self, request: RequestReceived) -> None:
-        if self.session.current_request != request.number:
-            return  # abandoned before its task started
-        with trio.CancelScope() as scope:
-            self._scope = scope
-            final = await self._answer(request)
-            if final is not None and self.session.current_request == request.number:
-                self.pump.call(self.session.send_final, final)
-        if self._scope is scope:
-            self._scope = None
+    async def run(self) -> None:
+        """Serve requests until cancelled with the worker."""
+        while True:
+            with trio.CancelScope() as self._scope:
+                while True:
+                    request = await self._requests.receive()
+                    if self.session.current_request != request.number:
+                        continue  # abandoned before its turn came
+                    self._busy = True
+                    try:
+                        final = await self._answer(request)
+                    finally:
+                        self._busy = False
+                    if final is not None and self.session.current_request == request.number:
+                        self.pump.call(self.session.send_final, final)
 
     async def _answer(self, request: RequestReceived) -> mdp.Frames | None:
-        """The FINAL body, an error body if the handler failed, None if abandoned."""
+        """The FINAL body, an error body if the handler failed, None if abandoned.
+
+        The handler runs in a copy of the worker's context, fresh for each request, as it
+        would in a task of its own: a context variable one request sets is not seen by the next.
+        """
+        context = contextvars.copy_context()
         try:
-            result = self._handler(list(request.body))
-            if not isinstance(result, AsyncIterator):
-                return _frames(await result)
+            result = context.run(self._handler, list(request.body))
+            # A coroutine is told apart first: the AsyncIterator ABC's isinstance is slow.
+            if type(result) is types.CoroutineType or not isinstance(result, AsyncIterator):
+                return _frames(await _in_context(context, result))
             held: mdp.Frames | None = None
             try:
-                async for value in result:
+                while True:
+                    try:
+                        value = await _in_context(context, result.__anext__())
+                    except StopAsyncIteration:
+                        break
                     if held is not None:
                         if self.session.current_request != request.number:
                             return None
@@ -150,13 +178,40 @@ class _Serving:
             finally:
                 close = getattr(result, "aclose", None)  # an async generator's cleanup, now
                 if close is not None:
-                    await close()
+                    await _in_context(context, close())
             if held is None:
                 raise HandlerError("the handler's generator yielded nothing")
             return held
         except Exception as error:
             logger.exception("handler for %r failed", self.session.service)
             return tuple(error_body(error))
+
+
+@types.coroutine
+def _in_context(context: contextvars.Context, awaitable: Awaitable[T]) -> Generator[Any, Any, T]:
+    """Await ``awaitable`` in the calling task, with each of its steps run in ``context``.
+
+    What the awaitable yields (Trio's traps) passes up to the task unchanged, and what the task
+    is sent or thrown (a result, ``Cancelled``) passes down, as with ``await``.
+    """
+    steps = awaitable.__await__()
+    value: Any = None
+    error: BaseException | None = None
+    while True:
+        try:
+            if error is None:
+                yielded = context.run(steps.send, value)
+            else:
+                yielded = context.run(steps.throw, error)
+        except StopIteration as done:
+            return cast(T, done.value)
+        try:
+            value, error = (yield yielded), None
+        except GeneratorExit:
+            steps.close()
+            raise
+        except BaseException as exc:
+            value, error = None, exc
 
 
 def _frames(value: object) -> mdp.Frames:
