@@ -13,13 +13,26 @@ has ``concurrency`` sessions, each a ``ClientSession`` on its own DEALER; a requ
 free session. MDP/Client has no heartbeat, so a session's socket has nothing to do between
 requests: the task making a request owns the session and its socket for that request (it sends,
 waits and reads itself; no other task touches that socket meanwhile), then hands both back. That
-is one task switch per reply instead of the three a separate socket task would cost. Timeouts and
-retries are the session's (MDP-C-08, MDP-D-19): on a timeout it closes the socket, opens a new
-one and resends; after ``retries`` resends the request raises ``RequestTimeout``. A FINAL
-reporting a handler error raises ``RemoteError`` (MDP-D-23). Cancelling a request (any enclosing
-cancel scope) cancels it in the session, whose socket is then replaced, so a late reply cannot
-reach the next request; the ``Client`` stays usable. Closing the ``Client`` closes every socket,
-waking a request that waits on one with ``ClientClosed``.
+is one task switch per reply instead of the three a separate socket task would cost; a free
+session is taken without a yield, and ``request`` reads the FINAL without the iterator layers of
+``stream``.
+
+Timeouts and retries are the session's (MDP-C-08, MDP-D-19): on a timeout it closes the socket,
+opens a new one and resends; after ``retries`` resends the request raises ``RequestTimeout``.
+The timeout counts from the request, or from the last reply handed to the reader: a ``stream``
+reader that pauses longer than ``timeout`` between replies makes its request time out (after a
+PARTIAL that is a failure, as a resend could repeat it). One watchdog task per ``Client`` keeps
+those deadlines, rather than a cancel scope per request (entering and leaving one costs about a
+fifth of a request's CPU here): it sleeps until the earliest reply deadline of its sessions and
+ticks each session whose deadline has come; if the request's task is waiting on the socket, the
+watchdog closes it, which wakes that task to the session's verdict (resend on a new socket, or
+fail). Every new deadline is ``now + timeout``, later than every other deadline of the
+``Client``, so a request only has to wake the watchdog when it had nothing to watch.
+
+A FINAL reporting a handler error raises ``RemoteError`` (MDP-D-23). Cancelling a request (any
+enclosing cancel scope) cancels it in the session, whose socket is then replaced, so a late reply
+cannot reach the next request; the ``Client`` stays usable. Closing the ``Client`` closes every
+socket, waking a request that waits on one with ``ClientClosed``.
 """
 
 from __future__ import annotations
@@ -41,6 +54,7 @@ from domo.protocol.events import (
     PartialReceived,
     ReconnectRequired,
     RequestFailed,
+    RequestSent,
 )
 
 from ._pump import BATCH, log_event
@@ -74,6 +88,7 @@ class _Slot:
         self.unsent: deque[tuple[bytes, ...]] = deque()  # taken from the outbox, pipe was full
         self.replies: deque[ClientEvent] = deque()  # the current request's, not yet read
         self.collecting = False  # a request is in progress: its replies go to ``replies``
+        self.waiting = False  # the request's task is waiting on ``conn``
         self.closed = False
 
     def handle(self, events: list[ClientEvent]) -> None:
@@ -81,6 +96,8 @@ class _Slot:
             if isinstance(event, ReconnectRequired):
                 self.reconnect_at = event.reconnect_at
                 self.unsent.clear()  # they belonged to the socket being given up
+            elif isinstance(event, RequestSent):
+                self.client._watchdog.expect(self.session.next_deadline())
             if self.collecting and isinstance(event, _REPLY_EVENTS):
                 self.replies.append(event)
                 self.collecting = isinstance(event, PartialReceived)
@@ -100,29 +117,56 @@ class _Slot:
         assert self.conn is not None
         return self.conn
 
+    async def start(self, service: bytes, body: mdp.Frames) -> None:
+        """Hand a request to the session (which must be connected, IDLE, to take it)."""
+        conn = self.conn if self.reconnect_at is None else await self.connection()
+        assert conn is not None
+        # Whatever arrived while the session was idle (a stray reply) is read now, with no
+        # request outstanding, so that it is dropped (MDP-D-20) rather than taken for this
+        # request's reply.
+        self.receive(conn, BATCH)
+        self.collecting = True
+        self.handle(self.session.request(service, body, trio.current_time()))
+
+    async def next_reply(self) -> ClientEvent:
+        """The next of this request's replies: PartialReceived, FinalReceived or RequestFailed."""
+        while not self.replies:
+            await self.step()
+        return self.replies.popleft()
+
     async def step(self) -> None:
-        """Send what the session queued, wait for a reply or the timeout, and handle it."""
-        conn = await self.connection()
+        """Send what the session queued, then wait for a reply (or the watchdog) and read it."""
+        conn = self.conn if self.reconnect_at is None else await self.connection()
+        assert conn is not None
         full = not self.flush(conn)
-        if not self.receive(conn):
-            deadline = self.session.next_deadline()
-            with trio.CancelScope(deadline=math.inf if deadline is None else deadline):
-                try:
-                    await conn.wait(full)  # with a full pipe, room to send wakes it too
-                except trio.ClosedResourceError:
-                    self.check_open()
-                    raise
+        self.waiting = True
+        try:
+            await conn.wait(full)  # with a full pipe, room to send wakes it too
+        except trio.ClosedResourceError:
             self.check_open()
-            self.receive(conn)
-        self.handle(self.session.tick(trio.current_time()))
+            if self.conn is conn:
+                raise
+            return  # the watchdog gave this socket up (a timeout): the session says what next
+        finally:
+            self.waiting = False
+        self.check_open()
+        # One message per step: a reply is handed to its reader at once; a further one is
+        # read by the next step, whose ``wait`` returns at once (with a checkpoint).
+        self.receive(conn, 1)
+
+    def expire(self, now: float) -> None:
+        """The watchdog's call: the session's reply deadline has come (see the module docstring)."""
+        self.handle(self.session.tick(now))
+        if self.waiting and self.reconnect_at is not None:
+            self.drop_connection()  # wakes the request's task, which reconnects or fails
 
     def check_open(self) -> None:
         if self.closed:
             raise ClientClosed("the client was closed")
 
-    def receive(self, conn: Connection) -> bool:
-        """Hand the messages that are ready to the session; were there any?"""
-        messages = conn.receive(BATCH)
+    def receive(self, conn: Connection, limit: int) -> bool:
+        """Hand up to ``limit`` messages that are ready to the session; were there any?"""
+        messages = conn.receive(limit)
         now = trio.current_time()
         for message in messages:
             self.handle(self.session.receive(message, now))
@@ -166,6 +210,42 @@ class _Slot:
         self.drop_connection()
 
 
+class _Watchdog:
+    """Ticks each session of a ``Client`` when its reply deadline comes (MDP-C-08)."""
+
+    def __init__(self, slots: list[_Slot]) -> None:
+        self._slots = slots
+        self._alarm = trio.CancelScope()  # the current sleep; its deadline is the next check
+        self.stopped = trio.CancelScope()
+
+    def expect(self, deadline: float | None) -> None:
+        """A session has a new reply deadline; make sure the watchdog wakes for it."""
+        # Every other deadline is earlier: only a watchdog with nothing to watch sleeps longer.
+        if deadline is not None and deadline < self._alarm.deadline:
+            self._alarm.deadline = deadline
+
+    async def run(self) -> None:
+        """Until ``stopped`` is cancelled (the ``Client`` closes)."""
+        with self.stopped:
+            while True:
+                with trio.CancelScope() as alarm:
+                    alarm.deadline = self._check(trio.current_time())
+                    self._alarm = alarm
+                    await trio.sleep_forever()
+
+    def _check(self, now: float) -> float:
+        """Expire the sessions whose deadline has come; the earliest deadline left."""
+        earliest = math.inf
+        for slot in self._slots:
+            deadline = slot.session.next_deadline()
+            if deadline is not None and deadline <= now and not slot.closed:
+                slot.expire(now)
+                deadline = slot.session.next_deadline()  # a resend, or a PARTIAL, sets a new one
+            if deadline is not None and deadline < earliest:
+                earliest = deadline
+        return earliest
+
+
 class Client:
     """MDP/0.2 client with up to ``concurrency`` requests in flight; use ``async with``.
 
@@ -193,6 +273,7 @@ class Client:
         self.transport = transport  # a ZmqTransport is made on entry, so its context is closed
         self._idle_send, self._idle = trio.open_memory_channel[_Slot](concurrency)
         self._slots: list[_Slot] = []
+        self._watchdog = _Watchdog(self._slots)
         self._entered = False
         self._closed = False
 
@@ -206,6 +287,9 @@ class Client:
             slot = _Slot(self, self.transport)
             self._slots.append(slot)
             self._idle_send.send_nowait(slot)
+        # A system task: it belongs to the Client, not to whichever task entered it, and it
+        # ends when the Client closes.
+        trio.lowlevel.spawn_system_task(self._watchdog.run, name=f"domo.Client({self.endpoint})")
         return self
 
     async def __aexit__(
@@ -215,6 +299,7 @@ class Client:
         tb: TracebackType | None,
     ) -> None:
         self._closed = True
+        self._watchdog.stopped.cancel()
         self._idle_send.close()  # requests waiting for a session get ClientClosed
         try:
             for slot in self._slots:
@@ -225,22 +310,64 @@ class Client:
 
     async def request(self, service: str | bytes, *frames: bytes) -> list[bytes]:
         """Send a request and return the body of its FINAL (PARTIALs are skipped)."""
-        async with self.stream(service, *frames) as replies:
-            async for reply in replies:
-                if reply.final:
-                    return reply.body
-        raise AssertionError("a reply stream ends with its FINAL or raises")  # pragma: no cover
+        name = _service_name(service)
+        slot = await self._acquire()
+        try:
+            await slot.start(name, frames)  # the session checks the service and the body
+            event = await slot.next_reply()
+            while isinstance(event, PartialReceived):
+                event = await slot.next_reply()
+        except BaseException:
+            slot.cancel()  # cancelled: the session forgets the request and replaces its socket
+            slot.release()
+            raise
+        slot.release()
+        return _final_body(name, event)
 
     def stream(self, service: str | bytes, *frames: bytes) -> ReplyStream:
         """The replies to a request: each PARTIAL, then the FINAL (``Reply.final`` is true).
 
         Use ``async with`` around it to cancel the request if you stop reading early;
-        otherwise the request runs to its end in the background before its session is free.
-        Replies wait in memory until read: the session keeps receiving, so its timeout (which
-        restarts with each PARTIAL) is not tripped by a slow reader.
+        otherwise its session stays taken until the stream is read to its end. Replies wait
+        on the socket until read; the timeout restarts with each reply handed to the reader,
+        so a reader that pauses longer than ``timeout`` makes the request time out.
         """
-        name = service.encode("ascii") if isinstance(service, str) else service
+        name = _service_name(service)
         return ReplyStream(self, mdp.check_service(name), mdp.check_body(frames))
+
+    async def _acquire(self) -> _Slot:
+        """A free session: at once if one is idle (no yield: the wait for the reply is the
+        request's checkpoint), else the first one released."""
+        if not self._entered:
+            raise DomoError("a Client is used inside 'async with Client(...) as client:'")
+        if self._closed:
+            raise ClientClosed("the client is closed")
+        await trio.lowlevel.checkpoint_if_cancelled()
+        try:
+            try:
+                return self._idle.receive_nowait()
+            except trio.WouldBlock:
+                return await self._idle.receive()
+        except (trio.EndOfChannel, trio.ClosedResourceError):
+            raise ClientClosed("the client was closed") from None
+
+
+def _service_name(service: str | bytes) -> bytes:
+    return service.encode("ascii") if isinstance(service, str) else service
+
+
+def _final_body(service: bytes, event: ClientEvent) -> list[bytes]:
+    """The body of the FINAL that ended a request, or the error that ended it instead."""
+    if isinstance(event, RequestFailed):
+        if event.reason == "cancelled":
+            raise ClientClosed("the client was closed")
+        raise RequestTimeout(service, event.attempts, event.reason)
+    assert isinstance(event, FinalReceived)
+    body = list(event.body)
+    error = parse_error_body(body)
+    if error is not None:
+        raise RemoteError(service, event.attempt, *error)
+    return body
 
 
 class ReplyStream:
@@ -266,29 +393,18 @@ class ReplyStream:
         if self._done:
             raise StopAsyncIteration
         try:
-            slot = self._slot if self._slot is not None else await self._start()
-            while not slot.replies:
-                await slot.step()
-        except (trio.EndOfChannel, trio.ClosedResourceError):
-            self.abort()
-            raise ClientClosed("the client was closed") from None
+            slot = self._slot
+            if slot is None:
+                slot = self._slot = await self._client._acquire()
+                await slot.start(self._service, self._body)
+            event = await slot.next_reply()
         except BaseException:
             self.abort()  # cancelled: the session forgets the request and replaces its socket
             raise
-        event = slot.replies.popleft()
         if isinstance(event, PartialReceived):
             return Reply(list(event.body), final=False)
         self._finish()
-        if isinstance(event, RequestFailed):
-            if event.reason == "cancelled":
-                raise ClientClosed("the client was closed")
-            raise RequestTimeout(self._service, event.attempts, event.reason)
-        assert isinstance(event, FinalReceived)
-        body = list(event.body)
-        error = parse_error_body(body)
-        if error is not None:
-            raise RemoteError(self._service, event.attempt, *error)
-        return Reply(body, final=True)
+        return Reply(_final_body(self._service, event), final=True)
 
     def abort(self) -> None:
         """Cancel the request if it is still in progress (nothing more will be read)."""
@@ -301,23 +417,6 @@ class ReplyStream:
         slot, self._slot = self._slot, None
         if slot is not None:
             slot.release()
-
-    async def _start(self) -> _Slot:
-        client = self._client
-        if not client._entered:
-            raise DomoError("a Client is used inside 'async with Client(...) as client:'")
-        if client._closed:
-            raise ClientClosed("the client is closed")
-        slot = await client._idle.receive()
-        self._slot = slot
-        conn = await slot.connection()  # the session must be connected (IDLE) to take a request
-        # Whatever arrived while the session was idle (a stray reply) is read now, with no
-        # request outstanding, so that it is dropped (MDP-D-20) rather than taken for this
-        # request's reply.
-        slot.receive(conn)
-        slot.collecting = True
-        slot.handle(slot.session.request(self._service, self._body, trio.current_time()))
-        return slot
 
 
 def call(
