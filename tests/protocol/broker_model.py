@@ -227,12 +227,15 @@ class Model:
     # -- outputs -------------------------------------------------------------------------------
 
     def send(self, peer: bytes, frames: tuple[bytes, ...], body_at: int | None = None) -> None:
+        worker = self.workers.get(peer)
+        if worker is not None:  # MDP-D-05: anything sent to the peer, on its client side too
+            worker.last_sent = self.now
         self.out.append(Expected(peer, frames, body_at))
 
     def send_worker(
         self, peer: bytes, frames: tuple[bytes, ...], body_at: int | None = None
     ) -> None:
-        self.workers[peer].last_sent = self.now
+        assert peer in self.workers
         self.send(peer, frames, body_at)
 
     def emit(self, *summary: object) -> None:

@@ -399,6 +399,26 @@ def test_heartbeat_exact_boundary_and_suppression() -> None:
     assert run.out() == [(b"W1", HEARTBEAT)]
 
 
+def test_replies_to_a_peer_that_is_also_a_worker_put_its_heartbeat_off() -> None:
+    """MDP-D-05: a peer may be a worker and a client on one socket; a PARTIAL, a FINAL or an
+    MMI reply sent to it as a client is something sent to it, so its HEARTBEAT falls due one
+    interval after that, not after the last worker-side message."""
+    run = Run()
+    run.ready(b"W1", b"echo", 0.0)
+    body = run.request(b"W1", b"echo", 0.0)  # W1 asks, and is the only worker of echo
+    assert run.out() == [(b"W1", to_worker(b"W1", body))]
+    part = run.partial(b"W1", b"W1", 0.25)
+    assert run.out() == [(b"W1", to_client(b"\x02", b"echo", part))]
+    final = run.final(b"W1", b"W1", 1.0)  # 1 s after the REQUEST, 0.75 s after the PARTIAL
+    assert run.out() == [(b"W1", to_client(b"\x03", b"echo", final))]
+    run.send(b"W1", (C, b"\x01", b"mmi.service", b"echo"), 1.75)
+    assert run.out() == [(b"W1", to_client(b"\x03", b"mmi.service", (b"200",)))]
+    run.broker.tick(before(2.75))
+    assert run.out() == []
+    run.broker.tick(2.75)
+    assert run.out() == [(b"W1", HEARTBEAT)]
+
+
 def test_liveness_exact_boundary_and_refresh() -> None:
     """MDP-D-04, MDP-H-02, MDP-H-05, MDP-D-07: alive a hair before last_heard + liveness *
     interval, dead exactly at it; any command refreshes; an expired worker is sent nothing."""

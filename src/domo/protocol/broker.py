@@ -675,6 +675,13 @@ class Broker:
         worker.last_sent = self._now
         self._outbox.append((worker.peer, frames))
 
+    def _send_client(self, peer: bytes, frames: Frames) -> None:
+        """A reply to a client; if that peer is a worker too, it was sent something (MDP-D-05)."""
+        worker = self._workers.get(peer)
+        if worker is not None:
+            worker.last_sent = self._now
+        self._outbox.append((peer, frames))
+
     def _register(self, peer: bytes, service: bytes, now: float, events: list[BrokerEvent]) -> None:
         self._silenced.pop(peer, None)
         worker = WorkerRecord(peer, service, now)
@@ -743,7 +750,7 @@ class Broker:
             events.append(MessageDropped(worker.peer, "PARTIAL for a client that is gone", now))
             return
         request.partials += 1
-        self._outbox.append((request.client, mdp.client_partial_frames(request.service, body)))
+        self._send_client(request.client, mdp.client_partial_frames(request.service, body))
         events.append(
             PartialForwarded(
                 request.request_id,
@@ -763,7 +770,7 @@ class Broker:
             events.append(MessageDropped(worker.peer, "FINAL for a client that is gone", now))
         else:
             del self._clients[request.client]
-            self._outbox.append((request.client, mdp.client_final_frames(request.service, body)))
+            self._send_client(request.client, mdp.client_final_frames(request.service, body))
             events.append(
                 RequestCompleted(
                     request.request_id,
@@ -818,7 +825,7 @@ class Broker:
             status = b"200" if record is not None and record.worker_count else b"404"
         else:
             status = b"501"
-        self._outbox.append((peer, mdp.client_final_frames(service, (status,))))
+        self._send_client(peer, mdp.client_final_frames(service, (status,)))
         events.append(MmiReplied(peer, service, query, status, now))
 
     def _peer_failed(
