@@ -43,7 +43,7 @@ def main() -> None:
             if flaw == "no-heartbeat" and list(frames[:2]) == [mdp.WORKER_HEADER, mdp.W_HEARTBEAT]:
                 continue
             if len(frames) >= 3 and frames[:2] == (mdp.WORKER_HEADER, mdp.W_REQUEST):
-                held[peer] = (frames[2], service_of.get(peer, b""))
+                held[peer] = (bytes(frames[2]), service_of.get(peer, b""))
             router.send_multipart([peer, *frames])
 
     while True:

@@ -44,6 +44,9 @@ from domo.protocol.events import (
 
 W = b"MDPW02"
 C = b"MDPC02"
+# A body frame the broker relays may be a view of a received frame; every other frame is bytes.
+Frame = bytes | memoryview
+Frames = tuple[Frame, ...]
 HEARTBEAT = (W, b"\x05")
 DISCONNECT = (W, b"\x06")
 
@@ -96,21 +99,22 @@ def valid_service(name: bytes) -> bool:
     return 1 <= len(name) <= 255 and all(0x20 <= byte <= 0x7E for byte in name)
 
 
-def read_worker(frames: tuple[bytes, ...]) -> tuple[str, bytes, tuple[bytes, ...]]:
+def read_worker(frames: Frames) -> tuple[str, bytes, Frames]:
     """(command, service-or-address, body) of an MDPW02 message, or ("invalid", b"", ())."""
-    invalid = ("invalid", b"", ())
-    if len(frames) < 2:
+    invalid: tuple[str, bytes, Frames] = ("invalid", b"", ())
+    control = [frame for frame in frames[:4] if isinstance(frame, bytes)]
+    if len(frames) < 2 or len(control) < len(frames[:4]):  # MDP-W-08: only a body may be a view
         return invalid
-    code = frames[1]
+    code = control[1]
     if code in (b"\x02", b"\x03", b"\x04"):  # REQUEST, PARTIAL, FINAL (MDP-W-02..04, MDP-R-02)
-        if len(frames) < 5 or not 1 <= len(frames[2]) <= 255 or frames[3] != b"":
+        if len(frames) < 5 or not 1 <= len(control[2]) <= 255 or control[3] != b"":
             return invalid
         name = {b"\x02": "REQUEST", b"\x03": "PARTIAL", b"\x04": "FINAL"}[code]
-        return (name, frames[2], frames[4:])
+        return (name, control[2], frames[4:])
     if code == b"\x01":  # READY (MDP-W-01)
-        if len(frames) != 3 or not valid_service(frames[2]):
+        if len(frames) != 3 or not valid_service(control[2]):
             return invalid
-        return ("READY", frames[2], ())
+        return ("READY", control[2], ())
     if code in (b"\x05", b"\x06"):  # HEARTBEAT, DISCONNECT (MDP-W-05, MDP-W-06)
         if len(frames) != 2:
             return invalid
@@ -118,14 +122,15 @@ def read_worker(frames: tuple[bytes, ...]) -> tuple[str, bytes, tuple[bytes, ...
     return invalid
 
 
-def read_client(frames: tuple[bytes, ...]) -> tuple[str, bytes, tuple[bytes, ...]]:
+def read_client(frames: Frames) -> tuple[str, bytes, Frames]:
     """(command, service, body) of an MDPC02 message, or ("invalid", b"", ())."""
-    if len(frames) < 4 or frames[1] not in (b"\x01", b"\x02", b"\x03"):
+    control = [frame for frame in frames[:3] if isinstance(frame, bytes)]
+    if len(frames) < 4 or len(control) < 3 or control[1] not in (b"\x01", b"\x02", b"\x03"):
+        return ("invalid", b"", ())  # MDP-W-08: only a body may be a view
+    if not valid_service(control[2]):
         return ("invalid", b"", ())
-    if not valid_service(frames[2]):
-        return ("invalid", b"", ())
-    name = {b"\x01": "REQUEST", b"\x02": "PARTIAL", b"\x03": "FINAL"}[frames[1]]
-    return (name, frames[2], frames[3:])
+    name = {b"\x01": "REQUEST", b"\x02": "PARTIAL", b"\x03": "FINAL"}[control[1]]
+    return (name, control[2], frames[3:])
 
 
 # --- the model --------------------------------------------------------------------------------
@@ -144,7 +149,7 @@ class MRequest:
     rid: int
     client: bytes
     service: bytes
-    body: tuple[bytes, ...]
+    body: Frames
     received_at: float
     queued_at: float
     state: str = "queued"  # "queued" or "dispatched"
@@ -159,7 +164,7 @@ class Expected:
     """One message the broker must send; ``body_at`` is where the passed-through body starts."""
 
     peer: bytes
-    frames: tuple[bytes, ...]
+    frames: Frames
     body_at: int | None = None
 
 
@@ -226,15 +231,13 @@ class Model:
 
     # -- outputs -------------------------------------------------------------------------------
 
-    def send(self, peer: bytes, frames: tuple[bytes, ...], body_at: int | None = None) -> None:
+    def send(self, peer: bytes, frames: Frames, body_at: int | None = None) -> None:
         worker = self.workers.get(peer)
         if worker is not None:  # MDP-D-05: anything sent to the peer, on its client side too
             worker.last_sent = self.now
         self.out.append(Expected(peer, frames, body_at))
 
-    def send_worker(
-        self, peer: bytes, frames: tuple[bytes, ...], body_at: int | None = None
-    ) -> None:
+    def send_worker(self, peer: bytes, frames: Frames, body_at: int | None = None) -> None:
         assert peer in self.workers
         self.send(peer, frames, body_at)
 
@@ -354,7 +357,7 @@ class Model:
 
     # -- inputs --------------------------------------------------------------------------------
 
-    def receive(self, peer: bytes, frames: tuple[bytes, ...]) -> None:
+    def receive(self, peer: bytes, frames: Frames) -> None:
         header = frames[0] if frames else None
         if header == W:
             self._worker_message(peer, read_worker(frames))
@@ -365,7 +368,7 @@ class Model:
         else:
             self.emit("violation", peer, "frame", "dropped")
 
-    def _worker_message(self, peer: bytes, command: tuple[str, bytes, tuple[bytes, ...]]) -> None:
+    def _worker_message(self, peer: bytes, command: tuple[str, bytes, Frames]) -> None:
         name, arg, body = command
         state = self.state(peer)
         reserved = name == "READY" and arg.startswith(b"mmi.")
@@ -403,7 +406,7 @@ class Model:
         else:
             self._reply(peer, name, arg, body)
 
-    def _reply(self, peer: bytes, name: str, address: bytes, body: tuple[bytes, ...]) -> None:
+    def _reply(self, peer: bytes, name: str, address: bytes, body: Frames) -> None:
         w = self.workers[peer]
         if w.request is None:
             self._kick(peer, "MDP-W-15")
@@ -435,7 +438,7 @@ class Model:
         self.idle.setdefault(w.service, []).append(peer)
         self._dispatch(w.service)
 
-    def _client_message(self, peer: bytes, command: tuple[str, bytes, tuple[bytes, ...]]) -> None:
+    def _client_message(self, peer: bytes, command: tuple[str, bytes, Frames]) -> None:
         name, service, body = command
         if name == "invalid":
             self.emit("violation", peer, "frame", "dropped")
@@ -444,13 +447,14 @@ class Model:
         elif peer in self.clients:
             self.emit("violation", peer, "MDP-S-02", "dropped")
         elif service.startswith(b"mmi."):
+            query = bytes(body[0])  # a body frame, so it may be a view
             if service == b"mmi.service":
-                served = any(w.service == body[0] for w in self.workers.values())
+                served = any(w.service == query for w in self.workers.values())
                 status = b"200" if served else b"404"  # MDP-M-01
             else:
                 status = b"501"  # MDP-M-02
             self.send(peer, (C, b"\x03", service, status))
-            self.emit("mmi", peer, service, body[0], status)
+            self.emit("mmi", peer, service, query, status)
         else:
             self.last_rid += 1
             r = MRequest(self.last_rid, peer, service, body, self.now, self.now)

@@ -18,14 +18,14 @@ import sys
 from typing import Any
 
 from domo.protocol.broker import Broker, BrokerConfig
-from domo.protocol.mdp import Frames
+from domo.protocol.mdp import Relayed
 
 Record = list[Any]  # [kind, peer hex | None, [frame hex, ...] | None, now]
 
 CONFIG = BrokerConfig(heartbeat_interval=1.0, liveness=3, request_expiry=6.0, max_redispatches=2)
 
 
-def apply(broker: Broker, record: Record) -> tuple[str, list[tuple[bytes, Frames]]]:
+def apply(broker: Broker, record: Record) -> tuple[str, list[tuple[bytes, Relayed]]]:
     """Apply one recorded input; the canonical line for what the broker did, and its outbox."""
     kind, peer_hex, frames_hex, now = record
     peer = b"" if peer_hex is None else bytes.fromhex(peer_hex)

@@ -13,6 +13,7 @@ object would pass even for a codec that copies.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import zip_longest
 from pathlib import Path
@@ -66,6 +67,14 @@ def spec_rule_ids() -> frozenset[str]:
 def fresh(frame: bytes) -> bytes:
     """A new ``bytes`` object equal to ``frame`` (not shared, if it has two bytes or more)."""
     return bytes(bytearray(frame))
+
+
+def plain(frames: Sequence[bytes | memoryview]) -> tuple[bytes, ...]:
+    """A message the broker sent, for a test that gave it only ``bytes``: then all its frames
+    are ``bytes`` (it relays body frames as it got them)."""
+    out = tuple(frame for frame in frames if isinstance(frame, bytes))
+    assert len(out) == len(frames), frames
+    return out
 
 
 services = st.one_of(

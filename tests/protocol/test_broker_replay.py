@@ -26,6 +26,7 @@ from domo.protocol.broker import Broker
 from domo.protocol.mdp import Frames
 
 from .broker_replayer import CONFIG, Record, apply, replay
+from .mdp_strategies import plain
 
 W = b"MDPW02"
 C = b"MDPC02"
@@ -56,7 +57,8 @@ class Recorder:
     def call(
         self, kind: str, peer: bytes | None = None, frames: tuple[bytes, ...] = ()
     ) -> list[tuple[bytes, Frames]]:
-        """Apply and record one input; returns what the broker sent."""
+        """Apply and record one input; returns what the broker sent (bytes only: so it was
+        given)."""
         record: Record = [
             kind,
             None if peer is None else peer.hex(),
@@ -66,7 +68,7 @@ class Recorder:
         self.records.append(record)
         line, outbox = apply(self.broker, record)
         self.lines.append(line)
-        return outbox
+        return [(peer, plain(frames)) for peer, frames in outbox]
 
 
 def long_run(seed: int, steps: int) -> Recorder:

@@ -33,6 +33,8 @@ from domo.protocol.events import (
     WorkerExpired,
 )
 
+from .mdp_strategies import plain
+
 W = b"MDPW02"
 C = b"MDPC02"
 HEARTBEAT = (W, b"\x05")
@@ -67,7 +69,7 @@ class Run:
         return tuple(f"frame-{self.counter}-{i}".encode() for i in range(n))
 
     def out(self) -> list[Message]:
-        return [(peer, tuple(frames)) for peer, frames in self.broker.take_outgoing()]
+        return [(peer, plain(frames)) for peer, frames in self.broker.take_outgoing()]
 
     def send(self, peer: bytes, frames: tuple[bytes, ...], now: float) -> list[BrokerEvent]:
         return self.broker.receive(peer, list(frames), now)

@@ -48,7 +48,7 @@ from domo.protocol.broker import Broker, BrokerConfig, PeerState
 from domo.protocol.dispatch import RequestState
 from domo.protocol.events import BrokerEvent, RequestCompleted
 
-from .broker_model import HEARTBEAT, MEANING_RULES, C, Expected, Model, W, summarize
+from .broker_model import HEARTBEAT, MEANING_RULES, C, Expected, Frames, Model, W, summarize
 
 INTERVAL = 1.0
 LIVENESS = 3
@@ -77,7 +77,7 @@ BAD_HEADERS = (b"MDPW01", b"MDPC01", b"mdpw02", b"MDPW02 ", b"", C, W)
 CODES = (b"", b"\x00", b"\x01", b"\x02", b"\x03", b"\x04", b"\x05", b"\x06", b"\x07", b"\x01\x01")
 
 
-def _bases(client: bytes) -> list[tuple[bytes, ...]]:
+def _bases(client: bytes) -> list[Frames]:
     return [
         (W, b"\x01", b"alpha"),
         HEARTBEAT,
@@ -90,10 +90,11 @@ def _bases(client: bytes) -> list[tuple[bytes, ...]]:
     ]
 
 
-def near_miss(data: st.DataObject, client: bytes) -> tuple[bytes, ...]:
+def near_miss(data: st.DataObject, client: bytes) -> Frames:
     frames = list(data.draw(st.sampled_from(_bases(client)), label="base"))
     how = data.draw(
-        st.sampled_from(["code", "count", "delimiter", "name", "header", "empty"]), label="how"
+        st.sampled_from(["code", "count", "delimiter", "name", "header", "empty", "view"]),
+        label="how",
     )
     if how == "code":
         frames[1] = data.draw(st.sampled_from(CODES), label="code")
@@ -110,6 +111,10 @@ def near_miss(data: st.DataObject, client: bytes) -> tuple[bytes, ...]:
         frames[0] = data.draw(st.sampled_from(BAD_HEADERS), label="header")
     elif how == "empty":
         frames = []
+    elif how == "view":  # a frame before the body as a view: only a body frame may be one
+        before_body = min(len(frames), 4 if frames[0] == W else 3)
+        index = data.draw(st.integers(0, before_body - 1), label="view of frame")
+        frames[index] = memoryview(frames[index])
     return tuple(frames)
 
 
@@ -126,7 +131,7 @@ class BrokerMachine(RuleBasedStateMachine):
         self.next_worker = 0
         self.next_body = 0
         self.dead: set[bytes] = set()  # workers that stopped sending (keepalive skips them)
-        self.trace: list[tuple[Call, list[BrokerEvent], list[tuple[bytes, tuple[bytes, ...]]]]] = []
+        self.trace: list[tuple[Call, list[BrokerEvent], list[tuple[bytes, Frames]]]] = []
         self.last_sent: dict[bytes, float] = {}  # last time anything went to a peer
         self.completed: Counter[int] = Counter()
         self.finals: Counter[bytes] = Counter()  # non-mmi FINALs per client
@@ -135,12 +140,15 @@ class BrokerMachine(RuleBasedStateMachine):
 
     # -- driving both ----------------------------------------------------------------------
 
-    def body(self, n: int) -> tuple[bytes, ...]:
-        """Fresh body frames: new objects each time, so identity (MDP-S-03) can be checked."""
-        frames = []
+    def body(self, n: int) -> Frames:
+        """Fresh body frames: new objects each time, so identity (MDP-S-03) can be checked;
+        every third one a memoryview, as the I/O layer may hand a body frame over without a
+        copy."""
+        frames: list[bytes | memoryview] = []
         for _ in range(n):
             self.next_body += 1
-            frames.append(b"body-%d" % self.next_body)
+            frame = b"body-%d" % self.next_body
+            frames.append(memoryview(frame) if self.next_body % 3 == 0 else frame)
         return tuple(frames)
 
     def call(self, kind: str, *args: Any) -> None:
@@ -170,12 +178,12 @@ class BrokerMachine(RuleBasedStateMachine):
         self.in_step = False
 
     def compare(
-        self, now: float, out: list[tuple[bytes, tuple[bytes, ...]]], events: list[BrokerEvent]
+        self, now: float, out: list[tuple[bytes, Frames]], events: list[BrokerEvent]
     ) -> None:
         expected: dict[bytes, list[Expected]] = defaultdict(list)
         for message in self.model.out:
             expected[message.peer].append(message)
-        actual: dict[bytes, list[tuple[bytes, ...]]] = defaultdict(list)
+        actual: dict[bytes, list[Frames]] = defaultdict(list)
         for peer, frames in out:
             actual[peer].append(tuple(frames))
         assert {p: [m.frames for m in ms] for p, ms in expected.items()} == dict(actual), (
@@ -208,7 +216,7 @@ class BrokerMachine(RuleBasedStateMachine):
                 self.completed[event.request_id] += 1
                 assert self.completed[event.request_id] == 1  # MDP-D-10: at most one FINAL
 
-    def receive(self, peer: bytes, frames: tuple[bytes, ...]) -> None:
+    def receive(self, peer: bytes, frames: Frames) -> None:
         self.call("receive", peer, frames)
 
     # -- workers ---------------------------------------------------------------------------
@@ -323,7 +331,10 @@ class BrokerMachine(RuleBasedStateMachine):
             frames = (C, b"\x01", service, *self.body(1))
         elif how.startswith("mmi."):
             names = [*SERVICES, UNSERVED, b"alph", b"alpha2", b"mmi.service"]
-            frames = (C, b"\x01", how.encode(), data.draw(st.sampled_from(names), label="query"))
+            query: bytes | memoryview = data.draw(st.sampled_from(names), label="query")
+            if data.draw(st.booleans(), label="query as a view"):
+                query = memoryview(bytearray(query))  # a body frame (MDP-M-01); not hashable
+            frames = (C, b"\x01", how.encode(), query)
         else:
             frames = (C, b"\x02" if how == "partial" else b"\x03", b"alpha", *self.body(1))
         self.receive(client, frames)

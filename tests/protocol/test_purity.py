@@ -35,6 +35,8 @@ from domo.protocol import (
     WorkerState,
 )
 
+from .mdp_strategies import plain
+
 ROOT = Path(__file__).resolve().parents[2]
 PROTOCOL_DIR = Path(domo.protocol.__file__).resolve().parent  # the copy under test (mutants too)
 
@@ -248,10 +250,11 @@ def transcript(seed: int = SEED, steps: int = 400) -> str:
                     peer = identity[id(session)]
                     record(f"broker.receive {peer!r} {frames!r}", broker.receive(peer, frames, now))
             by_identity = {identity[id(s)]: s for s in sessions if id(s) in identity}
-            for peer, frames in broker.take_outgoing():
+            for peer, relayed in broker.take_outgoing():
                 moved = True
                 target = by_identity.get(peer)
                 if target is not None:
+                    frames = plain(relayed)
                     record(f"{peer!r}.receive {frames!r}", target.receive(frames, now))
             if not moved:
                 return

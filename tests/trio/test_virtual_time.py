@@ -33,6 +33,7 @@ from domo.protocol.events import (
     WorkerExpired,
     WorkerRegistered,
 )
+from domo.protocol.mdp import BodyFrame
 from domo.trio import Client, DomoError, RemoteError, RequestTimeout, run_worker, serve_broker
 from domo.trio._transport import Connection
 from domo.trio.errors import ERROR_MARKER
@@ -616,12 +617,12 @@ class _RecordingNetwork(FakeNetwork):
         super().__init__()
         self.made: list[Any] = []
 
-    def bind(self, endpoints: Sequence[str], hwm: int) -> tuple[Connection, list[str]]:
+    def bind(self, endpoints: Sequence[str], hwm: int) -> tuple[Connection[BodyFrame], list[str]]:
         conn, bound = super().bind(endpoints, hwm)
         self.made.append(conn)
         return conn, bound
 
-    def connect(self, endpoint: str) -> Connection:
+    def connect(self, endpoint: str) -> Connection[bytes]:
         conn = super().connect(endpoint)
         self.made.append(conn)
         return conn

@@ -56,7 +56,7 @@ from .events import (
     WorkerExpired,
     WorkerRegistered,
 )
-from .mdp import CLIENT_HEADER, WORKER_HEADER, Frames
+from .mdp import CLIENT_HEADER, WORKER_HEADER, BodyFrame, Relayed
 from .timers import DeadlineHeap
 
 __all__ = [
@@ -354,7 +354,7 @@ class Broker:
         self._silenced: dict[bytes, _Silence] = {}
         self._clients: dict[bytes, RequestRecord] = {}  # peer -> its outstanding request
         self._timers: DeadlineHeap[tuple[int, Any]] = DeadlineHeap()
-        self._outbox: list[tuple[bytes, Frames]] = []
+        self._outbox: list[tuple[bytes, Relayed]] = []
         self._now = float("-inf")
         self._last_request_id = 0
         self._unarmed: list[RequestRecord] = []  # queued by this call, expiry timer not armed
@@ -363,11 +363,14 @@ class Broker:
 
     # -- the sans-IO contract ------------------------------------------------------------------
 
-    def receive(self, peer: bytes, frames: Sequence[bytes], now: float) -> list[BrokerEvent]:
+    def receive(self, peer: bytes, frames: Sequence[BodyFrame], now: float) -> list[BrokerEvent]:
         """Handle one message from ``peer`` (the ROUTER identity frame already removed).
 
-        ``frames`` must be a sequence of ``bytes``; anything a remote peer can send in it is
-        handled by the protocol (an event), never by an exception.
+        ``frames`` is a sequence of ``bytes``, except that body frames may be ``memoryview``s
+        (views of received frames, so that bodies are relayed without a copy, MDP-S-03): the
+        broker reads nothing of a body frame but its length. Anything a remote peer can send is
+        handled by the protocol (an event), never by an exception; a frame before the body that
+        is not ``bytes`` makes the message malformed (MDP-W-08).
         """
         events = self._advance(now)
         header = frames[0] if frames else None
@@ -392,8 +395,11 @@ class Broker:
         """When ``tick`` should next be called (it may be early; never late), or None."""
         return self._timers.earliest()
 
-    def take_outgoing(self) -> list[tuple[bytes, Frames]]:
-        """Drain the outbox: ``(peer, frames)`` pairs to send on the ROUTER, in order."""
+    def take_outgoing(self) -> list[tuple[bytes, Relayed]]:
+        """Drain the outbox: ``(peer, frames)`` pairs to send on the ROUTER, in order.
+
+        Body frames are the very objects ``receive`` was given (MDP-S-03).
+        """
         outbox = self._outbox
         self._outbox = []
         return outbox
@@ -589,7 +595,7 @@ class Broker:
     # -- the worker side -----------------------------------------------------------------------
 
     def _on_worker_message(
-        self, peer: bytes, frames: Sequence[bytes], now: float, events: list[BrokerEvent]
+        self, peer: bytes, frames: Sequence[BodyFrame], now: float, events: list[BrokerEvent]
     ) -> None:
         try:
             code = mdp.validate_worker(frames)
@@ -607,6 +613,7 @@ class Broker:
             self._worker_input(peer, input_, now, events, body=tuple(frames[4:]))
         elif input_ is WorkerInput.READY:
             service = frames[2]
+            assert isinstance(service, bytes)  # validate_worker checked it
             if service.startswith(MMI_PREFIX):
                 input_ = WorkerInput.READY_RESERVED
             self._worker_input(peer, input_, now, events, service=service)
@@ -621,7 +628,7 @@ class Broker:
         events: list[BrokerEvent],
         *,
         service: bytes = b"",
-        body: Frames = (),
+        body: Relayed = (),
         reason: str | None = None,
         rule: str | None = None,
     ) -> None:
@@ -671,11 +678,11 @@ class Broker:
             elif step is Action.FORGET:
                 del self._silenced[peer]
 
-    def _send(self, worker: WorkerRecord, frames: Frames) -> None:
+    def _send(self, worker: WorkerRecord, frames: Relayed) -> None:
         worker.last_sent = self._now
         self._outbox.append((worker.peer, frames))
 
-    def _send_client(self, peer: bytes, frames: Frames) -> None:
+    def _send_client(self, peer: bytes, frames: Relayed) -> None:
         """A reply to a client; if that peer is a worker too, it was sent something (MDP-D-05)."""
         worker = self._workers.get(peer)
         if worker is not None:
@@ -742,7 +749,7 @@ class Broker:
         events.append(MessageDropped(peer, f"{input_.value} from a silenced peer", now))
 
     def _forward_partial(
-        self, worker: WorkerRecord, body: Frames, now: float, events: list[BrokerEvent]
+        self, worker: WorkerRecord, body: Relayed, now: float, events: list[BrokerEvent]
     ) -> None:
         request = worker.request
         assert request is not None
@@ -763,7 +770,7 @@ class Broker:
         )
 
     def _forward_final(
-        self, worker: WorkerRecord, body: Frames, now: float, events: list[BrokerEvent]
+        self, worker: WorkerRecord, body: Relayed, now: float, events: list[BrokerEvent]
     ) -> None:
         request = self._dispatcher.release(worker)
         if request.abandoned:
@@ -790,7 +797,7 @@ class Broker:
     # -- the client side -----------------------------------------------------------------------
 
     def _on_client_message(
-        self, peer: bytes, frames: Sequence[bytes], now: float, events: list[BrokerEvent]
+        self, peer: bytes, frames: Sequence[BodyFrame], now: float, events: list[BrokerEvent]
     ) -> None:
         try:
             code = mdp.validate_client(frames)
@@ -806,6 +813,7 @@ class Broker:
             events.append(ProtocolViolation(peer, "MDP-S-02", reason, "dropped", now))
             return
         service = frames[2]
+        assert isinstance(service, bytes)  # validate_client checked it
         body = tuple(frames[3:])
         if service.startswith(MMI_PREFIX):
             self._mmi(peer, service, body, now, events)
@@ -817,9 +825,9 @@ class Broker:
         self._dispatch(self._queue(request, now, front=False), now, events)
 
     def _mmi(
-        self, peer: bytes, service: bytes, body: Frames, now: float, events: list[BrokerEvent]
+        self, peer: bytes, service: bytes, body: Relayed, now: float, events: list[BrokerEvent]
     ) -> None:
-        query = body[0]
+        query = bytes(body[0])  # the same object if it is bytes; a (long) view is copied
         if service == MMI_SERVICE:
             record = self._dispatcher.service(query)
             status = b"200" if record is not None and record.worker_count else b"404"

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from enum import Enum
 
-from .mdp import Frames
+from .mdp import Relayed
 
 __all__ = ["Dispatcher", "RequestRecord", "RequestState", "ServiceRecord", "WorkerRecord"]
 
@@ -50,7 +50,7 @@ class RequestRecord:
     )
 
     def __init__(
-        self, request_id: int, client: bytes, service: bytes, body: Frames, now: float
+        self, request_id: int, client: bytes, service: bytes, body: Relayed, now: float
     ) -> None:
         self.request_id = request_id
         self.client = client

@@ -18,19 +18,21 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Final, TypeAlias
+from typing import Final, TypeAlias, TypeVar
 
 from .errors import LocalProtocolError, MalformedMessage
 
 __all__ = [
     "CLIENT_HEADER",
     "WORKER_HEADER",
+    "BodyFrame",
     "ClientCommand",
     "ClientFinal",
     "ClientPartial",
     "ClientRequest",
     "Command",
     "Frames",
+    "Relayed",
     "WorkerCommand",
     "WorkerDisconnect",
     "WorkerFinal",
@@ -49,6 +51,12 @@ __all__ = [
 ]
 
 Frames: TypeAlias = tuple[bytes, ...]
+# A frame of a body that a broker relays: ``bytes``, or a ``memoryview`` of a frame its I/O layer
+# received without a copy (``domo.trio`` does so from 64 KiB up). A broker reads nothing of a
+# body frame but its length (MDP-S-03).
+BodyFrame: TypeAlias = bytes | memoryview
+Relayed: TypeAlias = tuple[BodyFrame, ...]  # a message as a broker receives or relays it
+F = TypeVar("F", bound=BodyFrame)
 
 CLIENT_HEADER: Final = b"MDPC02"
 WORKER_HEADER: Final = b"MDPW02"
@@ -269,15 +277,17 @@ def _parse_worker(frames: Sequence[bytes]) -> WorkerCommand:
     return _HEARTBEAT if code == W_HEARTBEAT else _DISCONNECT
 
 
-def validate_client(frames: Sequence[bytes]) -> bytes:
+def validate_client(frames: Sequence[BodyFrame]) -> bytes:
     """Check an MDP/Client message whose frame 0 is ``b"MDPC02"``; return its command code.
 
-    The frames must already be bytes (``parse`` checks that; the broker's input contract says
-    so). After it returns, the layout of that command is known to be valid.
+    Body frames may be any ``BodyFrame``; the others must be ``bytes`` (``parse`` checks that
+    all frames are; the broker's input contract lets body frames be views). After it returns,
+    the layout of that command is known to be valid, frames 0 to 2 being ``bytes``.
     """
     if len(frames) < 2:
         raise MalformedMessage("client message has a header but no command frame", "MDP-C-01")
-    code = frames[1]
+    _control(frames, 0)
+    code = _control(frames, 1)
     rule = _CLIENT_RULES.get(code)
     if rule is None:
         raise MalformedMessage(
@@ -289,7 +299,7 @@ def validate_client(frames: Sequence[bytes]) -> bytes:
             f"body), got {len(frames)}",
             rule,
         )
-    service = frames[2]
+    service = _control(frames, 2)
     if not 0 < len(service) <= MAX_NAME_LENGTH or service.translate(None, _PRINTABLE_ASCII):
         raise MalformedMessage(
             f"service name {_describe(service)} is not 1-255 printable ASCII bytes", "MDP-D-01"
@@ -297,15 +307,17 @@ def validate_client(frames: Sequence[bytes]) -> bytes:
     return code
 
 
-def validate_worker(frames: Sequence[bytes]) -> bytes:
+def validate_worker(frames: Sequence[BodyFrame]) -> bytes:
     """Check an MDP/Worker message whose frame 0 is ``b"MDPW02"``; return its command code.
 
-    Same contract as ``validate_client``.
+    Same contract as ``validate_client``: every frame before the body is ``bytes`` after it
+    returns.
     """
     count = len(frames)
     if count < 2:
         raise MalformedMessage("worker message has a header but no command frame", "MDP-W-08")
-    code = frames[1]
+    _control(frames, 0)
+    code = _control(frames, 1)
     if code in _WORKER_REPLY_CLASSES:
         if count < 5:
             raise MalformedMessage(
@@ -313,13 +325,14 @@ def validate_worker(frames: Sequence[bytes]) -> bytes:
                 f"address, empty delimiter, body), got {count}",
                 _WORKER_RULES[code],
             )
-        if not 0 < len(frames[2]) <= MAX_NAME_LENGTH:
+        address = _control(frames, 2)
+        if not 0 < len(address) <= MAX_NAME_LENGTH:
             raise MalformedMessage(
                 f"worker {_WORKER_NAMES[code]} client address must be 1-255 bytes, "
-                f"got {len(frames[2])}",
+                f"got {len(address)}",
                 "MDP-D-02",
             )
-        if frames[3]:
+        if _control(frames, 3):
             raise MalformedMessage(
                 f"worker {_WORKER_NAMES[code]} frame 3 must be the empty delimiter, "
                 f"got {_describe(frames[3])}",
@@ -336,7 +349,7 @@ def validate_worker(frames: Sequence[bytes]) -> bytes:
     if code == W_READY:
         if count != 3:
             raise MalformedMessage(f"worker READY has exactly 3 frames, got {count}", "MDP-W-01")
-        service = frames[2]
+        service = _control(frames, 2)
         if not 0 < len(service) <= MAX_NAME_LENGTH or service.translate(None, _PRINTABLE_ASCII):
             raise MalformedMessage(
                 f"service name {_describe(service)} is not 1-255 printable ASCII bytes",
@@ -348,6 +361,14 @@ def validate_worker(frames: Sequence[bytes]) -> bytes:
     )
 
 
+def _control(frames: Sequence[BodyFrame], index: int) -> bytes:
+    """Frame ``index``, which is not a body frame: it must be ``bytes``."""
+    frame = frames[index]
+    if not isinstance(frame, bytes):
+        raise MalformedMessage(f"frame {index} is {_describe(frame)}", "MDP-W-08")
+    return frame
+
+
 # --- encoding ---------------------------------------------------------------------------------
 
 
@@ -356,12 +377,12 @@ def client_request_frames(service: bytes, body: Sequence[bytes]) -> Frames:
     return (CLIENT_HEADER, C_REQUEST, service, *body)
 
 
-def client_partial_frames(service: bytes, body: Sequence[bytes]) -> Frames:
+def client_partial_frames(service: bytes, body: Sequence[F]) -> tuple[bytes | F, ...]:
     """Frames of a client PARTIAL from parts known to be valid."""
     return (CLIENT_HEADER, C_PARTIAL, service, *body)
 
 
-def client_final_frames(service: bytes, body: Sequence[bytes]) -> Frames:
+def client_final_frames(service: bytes, body: Sequence[F]) -> tuple[bytes | F, ...]:
     """Frames of a client FINAL from parts known to be valid."""
     return (CLIENT_HEADER, C_FINAL, service, *body)
 
@@ -371,7 +392,7 @@ def worker_ready_frames(service: bytes) -> Frames:
     return (WORKER_HEADER, W_READY, service)
 
 
-def worker_request_frames(client: bytes, body: Sequence[bytes]) -> Frames:
+def worker_request_frames(client: bytes, body: Sequence[F]) -> tuple[bytes | F, ...]:
     """Frames of a worker REQUEST from parts known to be valid."""
     return (WORKER_HEADER, W_REQUEST, client, b"", *body)
 

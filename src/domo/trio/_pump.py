@@ -34,6 +34,7 @@ import trio
 
 from domo.protocol import Broker
 from domo.protocol.events import BrokerEvent, ReconnectRequired
+from domo.protocol.mdp import BodyFrame
 
 from ._transport import EAGAIN, EHOSTUNREACH, SENT, Connection
 
@@ -62,7 +63,7 @@ def log_event(logger: logging.Logger, event: object) -> None:
 
 
 async def pump_router(
-    broker: Broker, conn: Connection, emit: Callable[[Iterable[BrokerEvent]], None]
+    broker: Broker, conn: Connection[BodyFrame], emit: Callable[[Iterable[BrokerEvent]], None]
 ) -> None:
     """Run ``broker`` on a bound ROUTER until cancelled (the caller shuts down and closes)."""
     receive = broker.receive
@@ -87,7 +88,9 @@ async def pump_router(
                     now = trio.current_time()
                     messages = conn.receive(budget)
                     for message in messages:
-                        emit(receive(message[0], message[1:], now))
+                        peer = message[0]
+                        assert isinstance(peer, bytes)  # a routing id: 255 bytes at most
+                        emit(receive(peer, message[1:], now))
                     emit(broker.tick(now))
                     flush_router(broker, conn, now, emit)
                     budget -= len(messages)
@@ -99,7 +102,10 @@ async def pump_router(
 
 
 def flush_router(
-    broker: Broker, conn: Connection, now: float, emit: Callable[[Iterable[BrokerEvent]], None]
+    broker: Broker,
+    conn: Connection[BodyFrame],
+    now: float,
+    emit: Callable[[Iterable[BrokerEvent]], None],
 ) -> None:
     """Send the broker's outbox; report each peer that cannot take a message, once per flush."""
     failed: set[bytes] = set()
@@ -139,7 +145,7 @@ class SessionPump(Generic[E]):
     def __init__(
         self,
         session: Session[E],
-        open_connection: Callable[[], Connection],
+        open_connection: Callable[[], Connection[bytes]],
         on_event: Callable[[E], None],
         farewell: Callable[[float], list[E]],
         linger: float,
@@ -149,7 +155,7 @@ class SessionPump(Generic[E]):
         self._on_event = on_event
         self._farewell = farewell
         self._linger = linger
-        self._conn: Connection | None = None
+        self._conn: Connection[bytes] | None = None
         self._pending: deque[tuple[bytes, ...]] = deque()  # taken from the outbox, not yet sent
         self._reconnect_at: float | None = -math.inf  # None: keep this socket
         self._kicked = False
@@ -212,7 +218,7 @@ class SessionPump(Generic[E]):
                     self._close()
                 self.ready.set()
 
-    async def _pump(self, conn: Connection) -> None:
+    async def _pump(self, conn: Connection[bytes]) -> None:
         """Serve ``conn`` until the session gives it up (it is closed then)."""
         while True:
             # One cancel scope until the session's deadline passes or a kick, not one per wait
@@ -233,7 +239,7 @@ class SessionPump(Generic[E]):
                     finally:
                         self._scope = None
 
-    def _step(self, conn: Connection) -> None:
+    def _step(self, conn: Connection[bytes]) -> None:
         self._kicked = False
         now = trio.current_time()
         for message in conn.receive(BATCH):
@@ -249,7 +255,7 @@ class SessionPump(Generic[E]):
                 self._pending.clear()  # they belonged to the socket being given up
             self._on_event(event)
 
-    def _flush(self, conn: Connection) -> bool:
+    def _flush(self, conn: Connection[bytes]) -> bool:
         """Send the session's outbox; False if the pipe is full (EAGAIN): the rest waits."""
         self._pending.extend(self.session.take_outgoing())
         while self._pending:

@@ -1,10 +1,15 @@
 """The two things the Trio runtime needs from a network, and their ZeroMQ implementation.
 
-A ``Connection`` is one socket with one owner task (the pump): it can wait for something to do,
-hand over the messages that are ready, and try to send one message without blocking. A
-``Transport`` makes connections: one ROUTER bound to endpoints (the broker) or one DEALER
-connected to an endpoint (a client or worker session). ``ZmqTransport`` does this over pyzmq;
-``domo.trio.testing.FakeNetwork`` does it in memory, so the same pumps run in virtual time.
+A ``Connection`` is one socket, used by one task at a time (its pump, mostly): it can wait for
+something to do, hand over the messages that are ready, and try to send one message without
+blocking. A ``Transport`` makes connections: one ROUTER bound to endpoints (the broker) or one
+DEALER connected to an endpoint (a client or worker session). ``ZmqTransport`` does this over
+pyzmq; ``domo.trio.testing.FakeNetwork`` does it in memory, so the same pumps run in virtual time.
+
+A DEALER's connection gives ``bytes`` (``Connection[bytes]``). The broker's ROUTER gives a large
+frame (64 KiB or more) as a read-only ``memoryview`` of the frame ZeroMQ received
+(``Connection[BodyFrame]``), and a large frame is sent without a copy too: the broker core relays
+bodies without reading them, so a body crosses the broker without a copy (MDP-S-03).
 
 ZeroMQ's ``ZMQ_FD`` is edge-triggered and every call on the socket may consume the edge, so the
 only place a pump sleeps is ``ZmqConnection.wait``: it reads ``EVENTS`` and, if nothing is ready,
@@ -15,12 +20,15 @@ from __future__ import annotations
 
 import errno
 import logging
+import math
 from collections.abc import Sequence
-from typing import Any, Final, Protocol, cast
+from typing import Any, Final, Generic, Protocol, TypeVar, cast
 
 import trio
 import zmq
 import zmq.backend
+
+from domo.protocol.mdp import BodyFrame
 
 __all__ = ["EAGAIN", "EHOSTUNREACH", "SENT", "Connection", "Transport", "ZmqTransport"]
 
@@ -31,13 +39,16 @@ EAGAIN: Final = errno.EAGAIN  # the peer's pipe is full (high-water mark)
 EHOSTUNREACH: Final = errno.EHOSTUNREACH  # a ROUTER has no peer with that identity
 
 
-class Connection(Protocol):
-    """One socket, used by exactly one task."""
+FrameT = TypeVar("FrameT", bound=BodyFrame)  # what a connection's messages are made of
+
+
+class Connection(Protocol[FrameT]):
+    """One socket, used by one task at a time; its messages are lists of ``FrameT``."""
 
     async def wait(self, writable: bool) -> None:
         """Return when a message may be received (or, if ``writable``, sent). Always checkpoints."""
 
-    def receive(self, limit: int) -> list[list[bytes]]:
+    def receive(self, limit: int) -> list[list[FrameT]]:
         """Up to ``limit`` messages that are ready now, without blocking."""
 
     def readable(self) -> bool:
@@ -47,7 +58,7 @@ class Connection(Protocol):
         edge-triggered); if this says True after such a send, the waiting task must be woken.
         """
 
-    def send(self, frames: Sequence[bytes]) -> int:
+    def send(self, frames: Sequence[FrameT]) -> int:
         """Send one message without blocking: ``SENT``, ``EAGAIN`` or ``EHOSTUNREACH``.
 
         A ROUTER takes the peer identity as the first frame.
@@ -60,10 +71,10 @@ class Connection(Protocol):
 class Transport(Protocol):
     """Makes connections; ``aclose`` once every connection it made is closed."""
 
-    def bind(self, endpoints: Sequence[str], hwm: int) -> tuple[Connection, list[str]]:
+    def bind(self, endpoints: Sequence[str], hwm: int) -> tuple[Connection[BodyFrame], list[str]]:
         """A ROUTER bound to every endpoint; also returns the endpoints as actually bound."""
 
-    def connect(self, endpoint: str) -> Connection:
+    def connect(self, endpoint: str) -> Connection[bytes]:
         """A DEALER connected to ``endpoint``."""
 
     async def aclose(self) -> None:
@@ -86,11 +97,16 @@ _POLLIN: Final = int(zmq.POLLIN)
 _POLLIN_POLLOUT: Final = int(zmq.POLLIN | zmq.POLLOUT)
 
 
-class ZmqConnection:
-    """A pyzmq socket driven the edge-triggered way (see the module docstring)."""
+class ZmqConnection(Generic[FrameT]):
+    """A pyzmq socket driven the edge-triggered way (see the module docstring).
 
-    def __init__(self, socket: zmq.Socket[bytes]) -> None:
+    A frame of ``views_from`` bytes or more is received as a read-only memoryview of the
+    ``zmq.Frame`` (``FrameT`` must then be ``BodyFrame``); the others as ``bytes``.
+    """
+
+    def __init__(self, socket: zmq.Socket[bytes], views_from: float = math.inf) -> None:
         self._socket = socket
+        self._views_from = views_from
         self._fd = cast(int, socket.getsockopt(zmq.FD))
         self._has_message = False  # EVENTS showed a message, and no receive has run since
 
@@ -111,26 +127,28 @@ class ZmqConnection:
                 self._has_message = bool(events & _POLLIN)
                 return
 
-    def receive(self, limit: int) -> list[list[bytes]]:
+    def receive(self, limit: int) -> list[list[FrameT]]:
         # pyzmq's recv_multipart, without its per-call checks: this runs for every message.
         # EVENTS says whether a message is there: cheaper than the zmq.Again an empty socket
         # raises (pyzmq builds that exception with an import and an errno lookup). It is not
         # read again for the first message when ``wait`` has just seen one (only a receive
         # takes a message away). Frames come as zmq.Frame, whose ``more`` is read in C:
         # ``get(RCVMORE)`` goes through a Python enum on every call.
-        messages: list[list[bytes]] = []
+        # A large frame stays in ZeroMQ's buffer, seen through a memoryview, on a connection
+        # made with ``views_from`` (typed Connection[BodyFrame]: the frames are Any here).
+        messages: list[list[Any]] = []
         socket = self._socket
-        recv, get = _recv, _get
+        recv, get, views_from = _recv, _get, self._views_from
         ready, self._has_message = self._has_message, False
         for _ in range(limit):
             if not ready and not get(socket, _EVENTS) & _POLLIN:
                 break
             ready = False
             frame: zmq.Frame = recv(socket, _NOBLOCK, False)
-            frames = [frame.bytes]
+            frames = [frame.bytes if len(frame) < views_from else _view(frame)]
             while frame.more:
                 frame = recv(socket, _NOBLOCK, False)
-                frames.append(frame.bytes)
+                frames.append(frame.bytes if len(frame) < views_from else _view(frame))
             messages.append(frames)
         return messages
 
@@ -138,7 +156,7 @@ class ZmqConnection:
         self._has_message = bool(_get(self._socket, _EVENTS) & _POLLIN)
         return self._has_message
 
-    def send(self, frames: Sequence[bytes]) -> int:
+    def send(self, frames: Sequence[FrameT]) -> int:
         socket = self._socket
         send = _send
         try:
@@ -164,6 +182,11 @@ class ZmqConnection:
             self._socket.close(linger=int(linger * 1000))
 
 
+def _view(frame: zmq.Frame) -> memoryview:
+    """A read-only view of a received frame, immutable like ``bytes``; ``obj`` is the frame."""
+    return frame.buffer.toreadonly()
+
+
 class ZmqTransport:
     """Connections over ZeroMQ; creates (and later terminates) a context unless given one.
 
@@ -177,7 +200,7 @@ class ZmqTransport:
         self._owned = context is None
         self.context: zmq.Context[zmq.Socket[bytes]] = zmq.Context() if context is None else context
 
-    def bind(self, endpoints: Sequence[str], hwm: int) -> tuple[Connection, list[str]]:
+    def bind(self, endpoints: Sequence[str], hwm: int) -> tuple[Connection[BodyFrame], list[str]]:
         socket = self.context.socket(zmq.ROUTER)
         try:
             # Without ROUTER_MANDATORY a ROUTER silently drops messages at the high-water mark.
@@ -191,16 +214,16 @@ class ZmqTransport:
         except BaseException:
             socket.close(linger=0)
             raise
-        return ZmqConnection(socket), bound
+        return ZmqConnection[BodyFrame](socket, views_from=_COPY_BELOW), bound
 
-    def connect(self, endpoint: str) -> Connection:
+    def connect(self, endpoint: str) -> Connection[bytes]:
         socket = self.context.socket(zmq.DEALER)
         try:
             socket.connect(endpoint)
         except BaseException:
             socket.close(linger=0)
             raise
-        return ZmqConnection(socket)
+        return ZmqConnection[bytes](socket)
 
     async def aclose(self) -> None:
         """Terminate the context this transport created, waiting at most ``term_timeout``.

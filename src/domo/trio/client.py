@@ -83,7 +83,7 @@ class _Slot:
         self.client = client
         self.transport = transport
         self.session = ClientSession(client.config)
-        self.conn: Connection | None = None
+        self.conn: Connection[bytes] | None = None
         self.reconnect_at: float | None = -math.inf  # None: keep this socket
         self.unsent: deque[tuple[bytes, ...]] = deque()  # taken from the outbox, pipe was full
         self.replies: deque[ClientEvent] = deque()  # the current request's, not yet read
@@ -104,7 +104,7 @@ class _Slot:
             else:
                 log_event(logger, event)
 
-    async def connection(self) -> Connection:
+    async def connection(self) -> Connection[bytes]:
         """The socket, replaced first if the session asked for a new one."""
         if self.reconnect_at is not None:
             self.drop_connection()
@@ -164,7 +164,7 @@ class _Slot:
         if self.closed:
             raise ClientClosed("the client was closed")
 
-    def receive(self, conn: Connection, limit: int) -> bool:
+    def receive(self, conn: Connection[bytes], limit: int) -> bool:
         """Hand up to ``limit`` messages that are ready to the session; were there any?"""
         messages = conn.receive(limit)
         now = trio.current_time()
@@ -172,7 +172,7 @@ class _Slot:
             self.handle(self.session.receive(message, now))
         return bool(messages)
 
-    def flush(self, conn: Connection) -> bool:
+    def flush(self, conn: Connection[bytes]) -> bool:
         """Send the session's outbox; False if the socket's pipe is full (EAGAIN)."""
         self.unsent.extend(self.session.take_outgoing())
         while self.unsent and self.reconnect_at is None:

@@ -21,10 +21,13 @@ import heapq
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any, Generic, cast
 
 import trio
 
-from ._transport import EAGAIN, EHOSTUNREACH, SENT, Connection
+from domo.protocol.mdp import BodyFrame
+
+from ._transport import EAGAIN, EHOSTUNREACH, SENT, Connection, FrameT
 
 __all__ = ["FakeNetwork", "Packet", "Policy"]
 
@@ -43,15 +46,18 @@ class Packet:
 Policy = Callable[[Packet], float | None]
 
 
-class _FakeConnection:
+class _FakeConnection(Generic[FrameT]):
+    """A ROUTER (``_FakeConnection[BodyFrame]``) or a DEALER (``_FakeConnection[bytes]``); what
+    crosses the network is ``bytes``, as over ZeroMQ."""
+
     def __init__(self, net: FakeNetwork, endpoint: str, identity: bytes, hwm: int) -> None:
         self._net = net
         self.endpoint = endpoint
         self.identity = identity  # b"" for a ROUTER
         self.hwm = hwm
         self.closed = False
-        self.peers: dict[bytes, _FakeConnection] = {}  # a ROUTER's DEALERs
-        self._inbox: list[tuple[float, int, list[bytes]]] = []  # (due, seq, frames)
+        self.peers: dict[bytes, _FakeConnection[bytes]] = {}  # a ROUTER's DEALERs
+        self._inbox: list[tuple[float, int, list[FrameT]]] = []  # (due, seq, frames)
         self._seq = 0
         self._wakeup = trio.Event()
 
@@ -69,8 +75,8 @@ class _FakeConnection:
             raise trio.ClosedResourceError("the connection was closed")
         await trio.lowlevel.checkpoint()
 
-    def receive(self, limit: int) -> list[list[bytes]]:
-        messages: list[list[bytes]] = []
+    def receive(self, limit: int) -> list[list[FrameT]]:
+        messages: list[list[FrameT]] = []
         while len(messages) < limit and self._ready():
             messages.append(heapq.heappop(self._inbox)[2])
         return messages
@@ -78,22 +84,28 @@ class _FakeConnection:
     def readable(self) -> bool:
         return self._ready()
 
-    def send(self, frames: Sequence[bytes]) -> int:
+    def send(self, frames: Sequence[FrameT]) -> int:
+        wire = [bytes(frame) for frame in frames]  # the same objects, if they are bytes
         if self.identity:  # a DEALER: to whichever ROUTER is bound there now
             router = self._net._routers.get(self.endpoint)
             if router is None:
-                self._net._parked.setdefault(self.endpoint, []).append((self, list(frames)))
+                self._net._parked.setdefault(self.endpoint, []).append((self.dealer(), wire))
             else:
-                router.peers[self.identity] = self
-                self._net._transmit(router, True, self.identity, [self.identity, *frames])
+                router.peers[self.identity] = self.dealer()
+                self._net._transmit(router, True, self.identity, [self.identity, *wire])
             return SENT
-        peer = self.peers.get(frames[0])
+        peer = self.peers.get(wire[0])
         if peer is None or peer.closed:
             return EHOSTUNREACH
         if len(peer._inbox) >= self.hwm:
             return EAGAIN
-        self._net._transmit(peer, False, frames[0], list(frames[1:]))
+        self._net._transmit(peer, False, wire[0], wire[1:])
         return SENT
+
+    def dealer(self) -> _FakeConnection[bytes]:
+        """This connection as the DEALER it is (``identity`` is set)."""
+        assert self.identity
+        return cast("_FakeConnection[bytes]", self)
 
     def close(self, linger: float) -> None:
         self.closed = True
@@ -105,7 +117,8 @@ class _FakeConnection:
     def _put(self, due: float, frames: list[bytes]) -> None:
         if not self.closed:
             self._seq += 1
-            heapq.heappush(self._inbox, (due, self._seq, frames))
+            # bytes are frames of either kind of connection (FrameT is bytes or BodyFrame)
+            heapq.heappush(self._inbox, (due, self._seq, cast("list[FrameT]", frames)))
             self._wakeup.set()
 
 
@@ -115,15 +128,15 @@ class FakeNetwork:
     def __init__(self, policy: Policy | None = None) -> None:
         self.policy = policy
         self.packets: list[Packet] = []
-        self._routers: dict[str, _FakeConnection] = {}
-        self._parked: dict[str, list[tuple[_FakeConnection, list[bytes]]]] = {}  # no ROUTER yet
+        self._routers: dict[str, _FakeConnection[BodyFrame]] = {}
+        self._parked: dict[str, list[tuple[_FakeConnection[bytes], list[bytes]]]] = {}  # no ROUTER
         self._dealers = 0
 
-    def bind(self, endpoints: Sequence[str], hwm: int) -> tuple[Connection, list[str]]:
+    def bind(self, endpoints: Sequence[str], hwm: int) -> tuple[Connection[BodyFrame], list[str]]:
         taken = [endpoint for endpoint in endpoints if endpoint in self._routers]
         if taken:
             raise OSError(f"address in use: {taken}")
-        router = _FakeConnection(self, "", b"", hwm)
+        router = _FakeConnection[BodyFrame](self, "", b"", hwm)
         for endpoint in endpoints:
             self._routers[endpoint] = router
             for dealer, frames in self._parked.pop(endpoint, []):
@@ -131,10 +144,10 @@ class FakeNetwork:
                     dealer.send(frames)
         return router, list(endpoints)
 
-    def connect(self, endpoint: str) -> Connection:
+    def connect(self, endpoint: str) -> Connection[bytes]:
         self._dealers += 1
         identity = b"\x00" + self._dealers.to_bytes(4, "big")  # like ZeroMQ's generated ids
-        dealer = _FakeConnection(self, endpoint, identity, 0)
+        dealer = _FakeConnection[bytes](self, endpoint, identity, 0)
         router = self._routers.get(endpoint)
         if router is not None:
             router.peers[identity] = dealer
@@ -144,7 +157,7 @@ class FakeNetwork:
         """Nothing to release: the network lives as long as the test holds it."""
 
     def _transmit(
-        self, to: _FakeConnection, to_router: bool, peer: bytes, frames: list[bytes]
+        self, to: _FakeConnection[Any], to_router: bool, peer: bytes, frames: list[bytes]
     ) -> None:
         now = trio.current_time()
         wire = tuple(frames[1:]) if to_router else tuple(frames)
