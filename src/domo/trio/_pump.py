@@ -242,9 +242,11 @@ class SessionPump(Generic[E]):
     def _step(self, conn: Connection[bytes]) -> None:
         self._kicked = False
         now = trio.current_time()
-        for message in conn.receive(BATCH):
+        messages = conn.receive(BATCH)
+        for message in messages:
             self._handle(self.session.receive(message, now))
-        self._handle(self.session.tick(now))
+        if not messages:  # a receive fires what is due at ``now`` before the message
+            self._handle(self.session.tick(now))
         self._flush(conn)
 
     def _handle(self, events: list[E]) -> None:
