@@ -22,7 +22,10 @@ medians and min-max are reported, with the ratios domo/majortomo and domo/raw ag
 of issue 5.
 
 Broker CPU is the broker process's own user+system time (``/proc/PID/stat``, which is what
-``getrusage`` reports inside it) over the measured window; RSS is its ``VmRSS``.
+``getrusage`` reports inside it) over the measured window; RSS is its ``VmRSS``. The workers' and
+the clients' CPU per request are measured the same way (all their processes together): in (b)
+every process shares the machine's cores, so they explain a system's throughput as much as
+its broker does.
 
 ``--quick`` (the CI smoke test): tiny sizes, one repetition, no majortomo, no plot.
 """
@@ -201,8 +204,10 @@ def load_run(
         broker = g.start(py, "broker", system.broker, endpoint, "--heartbeat", heartbeat)
         expect(broker, "ready")
         farms = _start_farms(g, system, endpoint, idle, "workers", heartbeat)
-        for _ in range(workers):
+        echoes = [
             g.start(py, "worker", system.peers, endpoint, "--heartbeat", heartbeat)
+            for _ in range(workers)
+        ]
         peers = [
             g.start(
                 py,
@@ -226,13 +231,14 @@ def load_run(
             expect(peer, "warm")
         if idle:
             time.sleep(2 * heartbeat)  # registered, and heartbeating at a steady pace
-        cpu0, t0 = cpu_seconds(broker.pid), time.perf_counter()
+        roles = ([broker], echoes, peers)  # broker, workers, clients
+        cpu0, t0 = [sum(map(cpu_seconds, (p.pid for p in r))) for r in roles], time.perf_counter()
         for peer in peers:
             assert peer.stdin is not None
             peer.stdin.write("go\n")
             peer.stdin.flush()
         records = [json.loads(read_line(peer, duration + 60)) for peer in peers]
-        cpu1, t1 = cpu_seconds(broker.pid), time.perf_counter()
+        cpu1, t1 = [sum(map(cpu_seconds, (p.pid for p in r))) for r in roles], time.perf_counter()
     latencies = sorted(x for r in records for x in r["latencies"])
     count = sum(r["count"] for r in records)
     rate = sum(r["count"] / r["elapsed"] for r in records)
@@ -241,8 +247,10 @@ def load_run(
         "requests_per_s": rate,
         "p50_us": statistics.median(latencies) * 1e6,
         "p99_us": latencies[min(len(latencies) - 1, math.ceil(0.99 * len(latencies)) - 1)] * 1e6,
-        "broker_cpu_us_per_request": (cpu1 - cpu0) / count * 1e6,
-        "broker_cpu_percent": (cpu1 - cpu0) / (t1 - t0) * 100,
+        "broker_cpu_us_per_request": (cpu1[0] - cpu0[0]) / count * 1e6,
+        "broker_cpu_percent": (cpu1[0] - cpu0[0]) / (t1 - t0) * 100,
+        "worker_cpu_us_per_request": (cpu1[1] - cpu0[1]) / count * 1e6,
+        "client_cpu_us_per_request": (cpu1[2] - cpu0[2]) / count * 1e6,
         "mib_per_s": rate * size / MIB,
     }
 
@@ -335,7 +343,14 @@ SCENARIOS: dict[str, tuple[str, tuple[str, ...]]] = {
     "a": ("1 client, 1 in flight, 1 worker, 16 B", ("requests_per_s", "p50_us", "p99_us")),
     "b": (
         "64 in flight (8 procs x 8), 4 workers, 16 B",
-        ("requests_per_s", "p50_us", "p99_us", "broker_cpu_us_per_request"),
+        (
+            "requests_per_s",
+            "p50_us",
+            "p99_us",
+            "broker_cpu_us_per_request",
+            "worker_cpu_us_per_request",
+            "client_cpu_us_per_request",
+        ),
     ),
     "c": ("1 MiB bodies, 8 in flight, 4 workers", ("mib_per_s", "p50_us")),
     "d": ("idle workers at 1 s heartbeat + 1 client", ("broker_cpu_percent", "p50_us", "p99_us")),
