@@ -286,8 +286,9 @@ def validate_client(frames: Sequence[BodyFrame]) -> bytes:
     """
     if len(frames) < 2:
         raise MalformedMessage("client message has a header but no command frame", "MDP-C-01")
-    _control(frames, 0)
-    code = _control(frames, 1)
+    code = frames[1]
+    if not isinstance(frames[0], bytes) or not isinstance(code, bytes):
+        raise _not_bytes(frames, 2)
     rule = _CLIENT_RULES.get(code)
     if rule is None:
         raise MalformedMessage(
@@ -299,7 +300,9 @@ def validate_client(frames: Sequence[BodyFrame]) -> bytes:
             f"body), got {len(frames)}",
             rule,
         )
-    service = _control(frames, 2)
+    service = frames[2]
+    if not isinstance(service, bytes):
+        raise _not_bytes(frames, 3)
     if not 0 < len(service) <= MAX_NAME_LENGTH or service.translate(None, _PRINTABLE_ASCII):
         raise MalformedMessage(
             f"service name {_describe(service)} is not 1-255 printable ASCII bytes", "MDP-D-01"
@@ -316,8 +319,9 @@ def validate_worker(frames: Sequence[BodyFrame]) -> bytes:
     count = len(frames)
     if count < 2:
         raise MalformedMessage("worker message has a header but no command frame", "MDP-W-08")
-    _control(frames, 0)
-    code = _control(frames, 1)
+    code = frames[1]
+    if not isinstance(frames[0], bytes) or not isinstance(code, bytes):
+        raise _not_bytes(frames, 2)
     if code in _WORKER_REPLY_CLASSES:
         if count < 5:
             raise MalformedMessage(
@@ -325,17 +329,19 @@ def validate_worker(frames: Sequence[BodyFrame]) -> bytes:
                 f"address, empty delimiter, body), got {count}",
                 _WORKER_RULES[code],
             )
-        address = _control(frames, 2)
+        address, delimiter = frames[2], frames[3]
+        if not isinstance(address, bytes) or not isinstance(delimiter, bytes):
+            raise _not_bytes(frames, 4)
         if not 0 < len(address) <= MAX_NAME_LENGTH:
             raise MalformedMessage(
                 f"worker {_WORKER_NAMES[code]} client address must be 1-255 bytes, "
                 f"got {len(address)}",
                 "MDP-D-02",
             )
-        if _control(frames, 3):
+        if delimiter:
             raise MalformedMessage(
                 f"worker {_WORKER_NAMES[code]} frame 3 must be the empty delimiter, "
-                f"got {_describe(frames[3])}",
+                f"got {_describe(delimiter)}",
                 "MDP-R-02",
             )
         return code
@@ -349,7 +355,9 @@ def validate_worker(frames: Sequence[BodyFrame]) -> bytes:
     if code == W_READY:
         if count != 3:
             raise MalformedMessage(f"worker READY has exactly 3 frames, got {count}", "MDP-W-01")
-        service = _control(frames, 2)
+        service = frames[2]
+        if not isinstance(service, bytes):
+            raise _not_bytes(frames, 3)
         if not 0 < len(service) <= MAX_NAME_LENGTH or service.translate(None, _PRINTABLE_ASCII):
             raise MalformedMessage(
                 f"service name {_describe(service)} is not 1-255 printable ASCII bytes",
@@ -361,12 +369,11 @@ def validate_worker(frames: Sequence[BodyFrame]) -> bytes:
     )
 
 
-def _control(frames: Sequence[BodyFrame], index: int) -> bytes:
-    """Frame ``index``, which is not a body frame: it must be ``bytes``."""
-    frame = frames[index]
-    if not isinstance(frame, bytes):
-        raise MalformedMessage(f"frame {index} is {_describe(frame)}", "MDP-W-08")
-    return frame
+def _not_bytes(frames: Sequence[BodyFrame], before: int) -> MalformedMessage:
+    """The error for a message whose frames before ``before`` are not all ``bytes``: only a
+    body frame may be anything else."""
+    index = next(i for i in range(before) if not isinstance(frames[i], bytes))
+    return MalformedMessage(f"frame {index} is {_describe(frames[index])}", "MDP-W-08")
 
 
 # --- encoding ---------------------------------------------------------------------------------
