@@ -43,6 +43,7 @@ import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -315,7 +316,7 @@ def core_memory(workers: int, requests: int) -> dict[str, float]:
 def register_run(system: System, workers: int, requests: int) -> dict[str, float]:
     """(e): RSS and time to register ``workers`` idle workers; RSS of ``requests`` queued."""
     result: dict[str, float] = {}
-    if system.broker == "domo":
+    if system.broker == "domo" and system.python == sys.executable:  # this checkout's core
         result.update(core_memory(workers, requests))
     for kind, count in (("workers", workers), ("requests", requests)):
         endpoint = _free_endpoint()
@@ -404,6 +405,29 @@ def majortomo_python() -> str:
     return str(python)
 
 
+def baseline_python(rev: str) -> tuple[str, str]:
+    """A virtualenv with domo as of git revision ``rev``, created on first use; and its hash.
+
+    It holds that revision's package (``git archive``, then pip) and nothing of this checkout:
+    its systems run this checkout's ``_peers.py`` against the older ``domo``.
+    """
+    sha = subprocess.run(
+        ["git", "rev-parse", "--short", rev], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.strip()
+    venv = ROOT / ".bench-venvs" / f"domo-{sha}"
+    python = venv / "bin" / "python"
+    if not python.exists():
+        print(f"creating {venv} (domo as of {sha})", flush=True)
+        with tempfile.TemporaryDirectory() as tree:
+            archive = subprocess.run(
+                ["git", "archive", sha], cwd=ROOT, capture_output=True, check=True
+            )
+            subprocess.run(["tar", "-x", "-C", tree], input=archive.stdout, check=True)
+            subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+            subprocess.run([str(python), "-m", "pip", "install", "-q", tree], check=True)
+    return str(python), sha
+
+
 def medians(samples: list[dict[str, Any]]) -> dict[tuple[str, str, str], list[float]]:
     out: dict[tuple[str, str, str], list[float]] = {}
     for s in samples:
@@ -419,7 +443,10 @@ def fmt(value: float) -> str:
 def table(samples: list[dict[str, Any]], systems: list[str]) -> str:
     data = medians(samples)
     ours = [n for n in ("domo", "domo+pyzmq") if n in systems]
-    pairs = [(a, b) for a in ours for b in ("majortomo", "raw") if b in systems]
+    pairs: list[tuple[str, str]] = [
+        (a, b) for a in ours for b in ("majortomo", "raw") if b in systems
+    ]
+    pairs += [(a, b) for a in ours for b in systems if b.startswith(f"{a}@")]  # --baseline
     head = ["scenario", "metric", *systems, *(f"{a}/{b}" for a, b in pairs)]
     rows = [head]
     for scen, (_, metrics) in SCENARIOS.items():
@@ -497,6 +524,12 @@ def main() -> None:
     parser.add_argument("--scenarios", default="abcde")
     parser.add_argument("--systems", help="comma-separated subset of the systems")
     parser.add_argument("--no-majortomo", action="store_true")
+    parser.add_argument(
+        "--baseline",
+        metavar="REV",
+        help="also run domo as of git revision REV (domo@REV, domo+pyzmq@REV): before/after "
+        "ratios from one run",
+    )
     parser.add_argument("--json", type=Path, metavar="FILE", help="write every sample as JSON")
     parser.add_argument("--plot", type=Path, metavar="PNG", help="draw the plot (matplotlib)")
     parser.add_argument("--report", type=Path, metavar="FILE", help="re-print a saved --json run")
@@ -523,6 +556,10 @@ def main() -> None:
         systems.insert(
             2, System("majortomo", majortomo_python(), "majortomo", "majortomo", "majortomo")
         )
+    if args.baseline:
+        before, sha = baseline_python(args.baseline)
+        systems[1:1] = [System(f"domo@{sha}", before, "domo", "domo", "domo")]
+        systems[3:3] = [System(f"domo+pyzmq@{sha}", before, "domo", "hand", "domo")]
     if args.systems:
         wanted = args.systems.split(",")
         systems = [s for s in systems if s.name in wanted]
