@@ -353,7 +353,10 @@ SCENARIOS: dict[str, tuple[str, tuple[str, ...]]] = {
             "client_cpu_us_per_request",
         ),
     ),
-    "c": ("1 MiB bodies, 8 in flight, 4 workers", ("mib_per_s", "p50_us")),
+    "c": (
+        "1 MiB bodies, 8 in flight, 4 workers",
+        ("mib_per_s", "p50_us", "broker_cpu_us_per_request"),
+    ),
     "d": ("idle workers at 1 s heartbeat + 1 client", ("broker_cpu_percent", "p50_us", "p99_us")),
     "e": (
         "workers registering; queued requests",
@@ -501,16 +504,17 @@ def plot(samples: list[dict[str, Any]], systems: list[str], path: Path) -> None:
         ("e", "rss_bytes_per_worker", "(e) broker RSS bytes/worker (lower)"),
     ]
     data = medians(samples)
-    fig, axes = plt.subplots(2, 3, figsize=(13, 7))
+    fig, axes = plt.subplots(2, 3, figsize=(13, 8))
     for ax, (scen, metric, title) in zip(axes.flat, panels, strict=True):
         names = [s for s in systems if data.get((scen, s, metric))]
         values = [data[(scen, s, metric)] for s in names]
         mids = [statistics.median(v) for v in values]
         errs = [[m - min(v) for m, v in zip(mids, values, strict=True)],
                 [max(v) - m for m, v in zip(mids, values, strict=True)]]  # fmt: skip
-        ax.bar(names, mids, yerr=errs, capsize=4, color="#4c72b0")
+        colors = ["#9a9a9a" if "@" in name else "#4c72b0" for name in names]  # --baseline: grey
+        ax.bar(names, mids, yerr=errs, capsize=4, color=colors)
         ax.set_title(title, fontsize=10)
-        ax.tick_params(axis="x", labelsize=8)
+        ax.tick_params(axis="x", labelsize=8, labelrotation=30)
     fig.suptitle("domo, majortomo and a raw pyzmq forwarder (medians, min-max bars)")
     fig.tight_layout()
     fig.savefig(path, dpi=90)
