@@ -91,7 +91,6 @@ _recv: Any = zmq.backend.Socket.recv
 _get: Any = zmq.backend.Socket.get
 _NOBLOCK: Final = int(zmq.NOBLOCK)
 _NOBLOCK_SNDMORE: Final = int(zmq.NOBLOCK | zmq.SNDMORE)
-_RCVMORE: Final = int(zmq.RCVMORE)
 _EVENTS: Final = int(zmq.EVENTS)
 _POLLIN: Final = int(zmq.POLLIN)
 _POLLIN_POLLOUT: Final = int(zmq.POLLIN | zmq.POLLOUT)

@@ -208,7 +208,7 @@ def _in_context(context: contextvars.Context, awaitable: Awaitable[T]) -> Genera
         try:
             value, error = (yield yielded), None
         except GeneratorExit:
-            steps.close()
+            context.run(steps.close)  # its cleanup runs in its context too
             raise
         except BaseException as exc:
             value, error = None, exc
