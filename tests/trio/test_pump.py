@@ -22,6 +22,7 @@ from domo.trio._transport import SENT
 
 from .conftest import Recorder
 
+Pump = SessionPump[WorkerEvent]
 REQUEST = [b"MDPW02", b"\x02", b"client", b"", b"body"]
 DISCONNECT = [b"MDPW02", b"\x06"]
 
@@ -33,6 +34,7 @@ class EdgeConnection:
         self.arrived: deque[list[bytes]] = deque()  # its wake-up not yet taken by a call
         self.ready: deque[list[bytes]] = deque()  # seen by a call on the socket
         self.sent: list[tuple[bytes, ...]] = []
+        self.wakeups = 0  # times ``wait`` returned: the pump woke up
         self.closed = False
         self._wakeup = trio.Event()
         self._reader_asleep = True
@@ -54,17 +56,18 @@ class EdgeConnection:
         return bool(self.ready)
 
     async def wait(self, writable: bool) -> None:
-        if writable or self._call():
+        if not (writable or self._call()):
+            while True:
+                wakeup = self._wakeup
+                await wakeup.wait()
+                if self.closed:
+                    raise trio.ClosedResourceError("closed")
+                # A wake-up another call took before the sleeper ran was never there for epoll.
+                if wakeup is self._wakeup and self._call():
+                    break
+        else:
             await trio.lowlevel.checkpoint()
-            return
-        while True:
-            wakeup = self._wakeup
-            await wakeup.wait()
-            if self.closed:
-                raise trio.ClosedResourceError("closed")
-            # A wake-up another call took before the sleeper ran was never there for epoll.
-            if wakeup is self._wakeup and self._call():
-                return
+        self.wakeups += 1
 
     def receive(self, limit: int) -> list[list[bytes]]:
         self._call()
@@ -83,23 +86,35 @@ class EdgeConnection:
         self._wakeup.set()
 
 
+def worker_pump() -> tuple[EdgeConnection, WorkerSession, Recorder[WorkerEvent], Pump]:
+    """A worker session's pump over an ``EdgeConnection``, heartbeat interval 1 s."""
+    conn = EdgeConnection()
+    session = WorkerSession(b"echo", WorkerConfig(heartbeat_interval=1.0))
+    events: Recorder[WorkerEvent] = Recorder()
+    return conn, session, events, SessionPump(session, lambda: conn, events, session.disconnect, 0)
+
+
+async def hand_a_request(
+    nursery: trio.Nursery, conn: EdgeConnection, pump: Pump, events: Recorder[WorkerEvent]
+) -> None:
+    """Start the pump, let the broker hand it a REQUEST, return once it sleeps again."""
+    nursery.start_soon(pump.run)
+    await trio.sleep(0.25)
+    conn.deliver(REQUEST)
+    await events.wait_for(RequestReceived)
+    await trio.sleep(0.25)
+
+
 async def test_a_message_whose_wake_up_an_answer_took_is_still_handled_at_once(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
     """The broker's DISCONNECT arrives just before the handler's FINAL is sent from the
     handler's task, and that send takes the FD's wake-up: the pump is woken all the same and
     handles the DISCONNECT at that instant, not at its next deadline (a heartbeat, 1 s on)."""
-    conn = EdgeConnection()
-    session = WorkerSession(b"echo", WorkerConfig(heartbeat_interval=1.0))
-    events: Recorder[WorkerEvent] = Recorder()
-    pump = SessionPump(session, lambda: conn, events, session.disconnect, 0.0)
+    conn, session, events, pump = worker_pump()
     with trio.fail_after(10):
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(pump.run)
-            await trio.sleep(0.25)
-            conn.deliver(REQUEST)
-            await events.wait_for(RequestReceived)
-            await trio.sleep(0.25)  # the pump sleeps on the socket again
+            await hand_a_request(nursery, conn, pump, events)
             start = trio.current_time()
             conn.deliver(DISCONNECT)
             pump.call(session.send_final, (b"done",))
@@ -114,29 +129,13 @@ async def test_an_answer_to_a_sleeping_pump_goes_out_without_waking_it(
 ) -> None:
     """With nothing else on the socket, the FINAL is sent by the handler's task at once and the
     pump stays asleep (its wake-up costs more than the send)."""
-    conn = EdgeConnection()
-    session = WorkerSession(b"echo", WorkerConfig(heartbeat_interval=1.0))
-    events: Recorder[WorkerEvent] = Recorder()
-    pump = SessionPump(session, lambda: conn, events, session.disconnect, 0.0)
-    steps = 0
-    original_step = pump._step
-
-    def counting_step(connection: EdgeConnection) -> None:
-        nonlocal steps
-        steps += 1
-        original_step(connection)
-
-    pump._step = counting_step  # type: ignore[method-assign,assignment]
+    conn, session, events, pump = worker_pump()
     with trio.fail_after(10):
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(pump.run)
-            await trio.sleep(0.25)
-            conn.deliver(REQUEST)
-            await events.wait_for(RequestReceived)
-            await trio.sleep(0.25)
-            before = steps
+            await hand_a_request(nursery, conn, pump, events)
+            wakeups = conn.wakeups
             pump.call(session.send_final, (b"done",))
             assert conn.sent[-1] == (b"MDPW02", b"\x04", b"client", b"", b"done")
             await trio.sleep(0.25)  # before the heartbeat is due
-            assert steps == before
+            assert conn.wakeups == wakeups
             nursery.cancel_scope.cancel()
