@@ -91,7 +91,8 @@ async def pump_router(
                         peer = message[0]
                         assert isinstance(peer, bytes)  # a routing id: 255 bytes at most
                         emit(receive(peer, message[1:], now))
-                    emit(broker.tick(now))
+                    if not messages:  # a receive fires what is due at ``now`` before the message
+                        emit(broker.tick(now))
                     flush_router(broker, conn, now, emit)
                     budget -= len(messages)
                     if not messages or budget <= 0:
