@@ -37,6 +37,7 @@ import trio
 import zmq
 
 from domo import __version__
+from domo.endpoints import EndpointError, check_endpoint
 from domo.protocol import BrokerConfig, WorkerConfig, mdp
 from domo.protocol.events import BrokerEvent, RequestCompleted, WorkerRegistered
 from domo.trio import (
@@ -469,7 +470,7 @@ def _add_fuzz(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
     sub.add_argument(
         "endpoint",
         metavar="ENDPOINT",
-        type=partial(_endpoint, CONNECT_SCHEMES),
+        type=partial(_endpoint_to_bind_or_connect, CONNECT_SCHEMES),
         help="the broker to check, or the endpoint to bind for a worker or client "
         "(tcp:// or ipc://)",
     )
@@ -537,6 +538,11 @@ def _add_fuzz(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
 
 
 def _check_fuzz(args: argparse.Namespace) -> None:
+    if args.target in (None, "broker") and args.replay is None:
+        try:  # the broker target connects: no port 0 or '*' there
+            check_endpoint(args.endpoint, bind=False, schemes=CONNECT_SCHEMES)
+        except EndpointError as error:
+            args.parser.error(f"argument ENDPOINT: {error}")
     if args.replay is not None and not args.replay.is_file():
         args.parser.error(f"--replay: no such file: {args.replay}")
     if args.command is not None:
@@ -674,14 +680,22 @@ def _service(text: str) -> str:
 
 
 def _endpoint(schemes: Sequence[str], text: str) -> str:
-    scheme, separator, address = text.partition("://")
-    if not separator or not address:
-        raise argparse.ArgumentTypeError(f"not an endpoint (e.g. {DEFAULT_ENDPOINT}): {text!r}")
-    if scheme not in schemes:
-        hint = "; inproc:// works only inside one process" if scheme == "inproc" else ""
-        listed = ", ".join(f"{s}://" for s in schemes)
-        raise argparse.ArgumentTypeError(f"{text!r}: use {listed}{hint}")
-    return text
+    """An argparse type: ``text`` if it is an endpoint of ``schemes`` (see ``domo.endpoints``).
+
+    Binding is told from connecting by the schemes: only a bind may use inproc://.
+    """
+    try:
+        return check_endpoint(text, bind="inproc" in schemes, schemes=schemes)
+    except EndpointError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
+def _endpoint_to_bind_or_connect(schemes: Sequence[str], text: str) -> str:
+    """As ``_endpoint``, where whether it is bound is known only once every option is read."""
+    try:
+        return check_endpoint(text, bind=True, schemes=schemes)
+    except EndpointError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
 
 
 # --- domo broker ------------------------------------------------------------------------------

@@ -89,7 +89,6 @@ async def test_version_from_the_installed_console_script() -> None:
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        ([], "the following arguments are required: COMMAND"),
         (["serve"], "invalid choice: 'serve'"),
         (["call"], "the following arguments are required: SERVICE"),
         (["call", "echo", "--timeout", "0"], "argument --timeout: must be a positive number"),
@@ -98,6 +97,17 @@ async def test_version_from_the_installed_console_script() -> None:
         (["call", "caf\u00e9"], "a service name is 1-255 printable ASCII characters"),
         (["call", "echo", "--connect", "inproc://x"], "inproc:// works only inside one process"),
         (["broker", "--bind", "localhost:5555"], "argument --bind: not an endpoint"),
+        # libzmq would wrap these ports (99999 binds 34463, -5 binds 65531): refused here
+        (["broker", "--bind", "tcp://127.0.0.1:99999"], "port must be from 0 (any free port)"),
+        (["broker", "--bind", "tcp://127.0.0.1:-5"], "port must be a number from 1 to 65535"),
+        (["broker", "--bind", "tcp://127.0.0.1"], "no port (e.g. tcp://127.0.0.1:5555)"),
+        (["call", "echo", "--connect", "tcp://127.0.0.1:70000"], "must be from 1 to 65535"),
+        (["call", "echo", "--connect", "tcp://127.0.0.1:0"], "must be from 1 to 65535, got 0"),
+        (["call", "echo", "--connect", "tcp://*:5555"], "'*' (every interface) is for binding"),
+        (["worker", "echo", "--connect", "tcp://localhost"], "no port"),
+        (["bench", "--connect", "tcp://[::1]5555"], "an IPv6 address is written [ADDRESS]:PORT"),
+        (["fuzz", "tcp://127.0.0.1:65536"], "must be from 0 (any free port) to 65535"),
+        (["fuzz", "tcp://127.0.0.1:0"], "a port chosen by the system is for binding only"),
         (["broker", "--bind", "udp://127.0.0.1:1"], "use tcp://, ipc://, inproc://"),
         (["broker", "--liveness", "0"], "argument --liveness: must be at least 1, got 0"),
         (["broker", "--heartbeat-interval", "nan"], "must be a positive number"),

@@ -28,6 +28,7 @@ import trio
 import zmq
 import zmq.backend
 
+from domo.endpoints import check_endpoint
 from domo.protocol.mdp import BodyFrame
 
 __all__ = ["EAGAIN", "EHOSTUNREACH", "SENT", "Connection", "Transport", "ZmqTransport"]
@@ -200,6 +201,8 @@ class ZmqTransport:
         self.context: zmq.Context[zmq.Socket[bytes]] = zmq.Context() if context is None else context
 
     def bind(self, endpoints: Sequence[str], hwm: int) -> tuple[Connection[BodyFrame], list[str]]:
+        for endpoint in endpoints:
+            check_endpoint(endpoint, bind=True)  # before libzmq takes a wrapped port
         socket = self.context.socket(zmq.ROUTER)
         try:
             # Without ROUTER_MANDATORY a ROUTER silently drops messages at the high-water mark.
@@ -216,6 +219,7 @@ class ZmqTransport:
         return ZmqConnection[BodyFrame](socket, views_from=_COPY_BELOW), bound
 
     def connect(self, endpoint: str) -> Connection[bytes]:
+        check_endpoint(endpoint, bind=False)  # an out-of-range port would wait for ever
         socket = self.context.socket(zmq.DEALER)
         try:
             socket.connect(endpoint)
