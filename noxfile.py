@@ -6,6 +6,7 @@ the suite on every supported Python that is installed.
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import nox
@@ -13,6 +14,19 @@ import nox
 nox.options.default_venv_backend = "virtualenv"
 nox.options.reuse_venv = "yes"
 nox.options.sessions = ["lint", "typecheck", "tests"]
+
+
+
+class _NoUvNotice(logging.Filter):
+    """Drops nox's "uv binary not found." line: nox probes for uv even when the backend is
+    virtualenv, as here, and the line reads like a failure to newcomers. It is harmless: domo's
+    sessions make their virtualenvs with virtualenv and install with pip."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.getMessage() != "uv binary not found."
+
+
+logging.getLogger("nox").addFilter(_NoUvNotice())
 
 PYPROJECT = nox.project.load_toml("pyproject.toml")
 SUPPORTED = ["3.11", "3.12", "3.13"]

@@ -56,6 +56,7 @@ __all__ = [
     "EXIT_ENDPOINT",
     "EXIT_ERROR",
     "EXIT_INTERRUPTED",
+    "EXIT_NOT_FOUND",
     "EXIT_OK",
     "EXIT_REMOTE_ERROR",
     "EXIT_TIMEOUT",
@@ -73,21 +74,79 @@ EXIT_TIMEOUT: Final = 3  # call: no FINAL in time after every retry
 EXIT_REMOTE_ERROR: Final = 4  # call: the worker's handler failed (MDP-D-23 error reply)
 EXIT_ENDPOINT: Final = 5  # an endpoint could not be bound or connected
 EXIT_FINDINGS: Final = 1  # fuzz: the target broke at least one rule
+EXIT_NOT_FOUND: Final = 6  # call mmi.*: the broker answered 404 or 501, not 200
+EXIT_FAILED_REQUESTS: Final = 1  # demo, bench: some requests failed or got a wrong reply
 EXIT_INTERRUPTED: Final = 130  # call: stopped by SIGINT (128 + 2, the shell's convention)
 
 DEFAULT_ENDPOINT: Final = "tcp://127.0.0.1:5555"
-EXIT_CODES_HELP: Final = f"""\
-exit codes:
-  {EXIT_OK}    success; a broker, worker or demo stopped by SIGINT/SIGTERM
-  {EXIT_ERROR}    unexpected error (a bug; a traceback is printed); fuzz: violations found
-  {EXIT_USAGE}    usage error: bad arguments or options
-  {EXIT_TIMEOUT}    call: no reply in time after every retry (broker unreachable, no worker,
-       or the worker is too slow); fuzz: the target is unreachable
-  {EXIT_REMOTE_ERROR}    call: the worker's handler failed (its error type and message on stderr)
-  {EXIT_ENDPOINT}    an endpoint could not be bound or connected (address in use, bad address);
-       fuzz: also an --exec command that cannot be started
-  {EXIT_INTERRUPTED}  call: stopped by SIGINT (Ctrl-C); 143 by SIGTERM
-"""
+
+# What each command's exit codes mean, for its --help: a command lists only its own.
+_STOPPED = "stopped by SIGINT or SIGTERM (a requested stop is not a failure)"
+_BUG = "unexpected error: a bug (a traceback is printed)"
+_ENDPOINT_FAILED = "an endpoint could not be bound or connected (address in use, bad address)"
+EXIT_CODES: Final[dict[str, list[tuple[int, str]]]] = {
+    "domo": [
+        (EXIT_OK, "success (each command's --help lists its own exit codes)"),
+        (EXIT_USAGE, "usage error: bad arguments or options"),
+    ],
+    "broker": [
+        (EXIT_OK, _STOPPED),
+        (EXIT_ERROR, _BUG),
+        (EXIT_USAGE, "usage error: bad arguments or options"),
+        (EXIT_ENDPOINT, _ENDPOINT_FAILED),
+    ],
+    "worker": [
+        (EXIT_OK, _STOPPED),
+        (EXIT_ERROR, _BUG),
+        (EXIT_USAGE, "usage error: bad arguments or options"),
+        (EXIT_ENDPOINT, _ENDPOINT_FAILED),
+    ],
+    "call": [
+        (EXIT_OK, "the FINAL arrived (and for mmi.*: the broker answered 200)"),
+        (EXIT_ERROR, _BUG),
+        (EXIT_USAGE, "usage error: bad arguments or options"),
+        (
+            EXIT_TIMEOUT,
+            "no reply in time after every retry (broker down, no worker, or the "
+            "work takes longer than --timeout)",
+        ),
+        (EXIT_REMOTE_ERROR, "the worker's handler failed (its error type and message on stderr)"),
+        (EXIT_ENDPOINT, _ENDPOINT_FAILED),
+        (EXIT_NOT_FOUND, "mmi.*: the broker answered 404 (no worker for the service) or 501"),
+        (EXIT_INTERRUPTED, "stopped by SIGINT (Ctrl-C); 143 by SIGTERM"),
+    ],
+    "demo": [
+        (EXIT_OK, "every request answered with its own body; or stopped by SIGINT/SIGTERM"),
+        (EXIT_FAILED_REQUESTS, "some requests were not answered, or answered wrongly"),
+        (EXIT_USAGE, "usage error: bad arguments or options"),
+    ],
+    "bench": [
+        (EXIT_OK, "every request answered with its own body; or stopped by SIGINT/SIGTERM"),
+        (EXIT_FAILED_REQUESTS, "some requests were not answered, or answered wrongly"),
+        (EXIT_USAGE, "usage error: bad arguments or options"),
+        (EXIT_TIMEOUT, "the service has no worker (mmi.service), or nothing was answered"),
+        (EXIT_ENDPOINT, _ENDPOINT_FAILED),
+    ],
+    "fuzz": [
+        (EXIT_OK, "no rule broken"),
+        (EXIT_FINDINGS, "the target broke at least one rule"),
+        (EXIT_USAGE, "usage error: bad arguments or options"),
+        (EXIT_TIMEOUT, "the target is unreachable"),
+        (EXIT_ENDPOINT, _ENDPOINT_FAILED + "; or an --exec command that cannot be started"),
+    ],
+}
+
+
+def _exit_codes_help(command: str) -> str:
+    """The exit code table of ``command`` for its --help epilog."""
+    lines = ["exit codes:"]
+    for code, meaning in EXIT_CODES[command]:
+        wrapped = textwrap.wrap(meaning, width=72)
+        lines.append(f"  {code:<4} {wrapped[0]}")
+        lines.extend(f"       {more}" for more in wrapped[1:])
+    return "\n".join(lines) + "\n"
+
+
 BIND_SCHEMES: Final = ("tcp", "ipc", "inproc")
 CONNECT_SCHEMES: Final = ("tcp", "ipc")  # inproc reaches only sockets of the same process
 FUZZ_TARGETS: Final = ("broker", "worker", "client")  # domo.fuzz.TARGETS, without Hypothesis
@@ -95,7 +154,11 @@ FUZZ_TARGETS: Final = ("broker", "worker", "client")  # domo.fuzz.TARGETS, witho
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``domo`` command with ``argv`` (default: ``sys.argv[1:]``); returns the exit code."""
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return EXIT_OK
     if args.prepare is not None:
         args.prepare(args)  # checks that need more than one option; exits 2 on a bad one
     logging.basicConfig(
@@ -138,11 +201,12 @@ def build_parser() -> argparse.ArgumentParser:
             "domo: the Majordomo Protocol MDP/0.2 (ZeroMQ RFC 18) broker, worker and client. "
             "Try `domo demo`, then `domo COMMAND --help`."
         ),
-        epilog=EXIT_CODES_HELP,
+        epilog=_exit_codes_help("domo"),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=_version_text())
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    # Not required: bare `domo` prints this help and exits 0 (main), a newcomer's first try.
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     _add_broker(commands)
     _add_worker(commands)
     _add_call(commands)
@@ -177,7 +241,7 @@ def _subcommand(
         name,
         help=summary,
         description=_paragraph(description),
-        epilog=EXIT_CODES_HELP,
+        epilog=_exit_codes_help(name),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     sub.set_defaults(run=run, prepare=prepare, parser=sub)
@@ -931,10 +995,12 @@ async def _request(args: argparse.Namespace) -> int:
 
 async def _request_once(client: Client, args: argparse.Namespace) -> int:
     write = _write_raw if args.raw else _write_text
+    final: list[bytes] = []
     try:
         async with client.stream(args.service, *args.frames) as replies:
             async for reply in replies:
                 write(reply.body)
+                final = reply.body
     except RemoteError as error:
         print(
             f"domo call: the worker for {args.service!r} failed: "
@@ -951,6 +1017,11 @@ async def _request_once(client: Client, args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return EXIT_TIMEOUT
+    if args.service.startswith("mmi.") and final[:1] != [b"200"]:
+        # The call worked, but a script asking "is there a worker?" wants the answer in $?.
+        status = final[0].decode("ascii", "replace") if final else "nothing"
+        print(f"domo call: the broker answered {status} to {args.service}", file=sys.stderr)
+        return EXIT_NOT_FOUND
     return EXIT_OK
 
 
@@ -1034,7 +1105,7 @@ async def _bench(args: argparse.Namespace) -> int:
         f"max {max(load.latencies) * 1000:.2f} ms",
         flush=True,
     )
-    return EXIT_ERROR if load.failed or load.wrong else EXIT_OK
+    return EXIT_FAILED_REQUESTS if load.failed or load.wrong else EXIT_OK
 
 
 async def _demo(args: argparse.Namespace) -> int:
@@ -1145,7 +1216,7 @@ def _demo_report(
         print(f"throughput: {done / elapsed:.0f} requests/s")
         p50, p99 = _percentiles(load.latencies)
         print(f"latency: p50 {p50 * 1000:.2f} ms, p99 {p99 * 1000:.2f} ms", flush=True)
-    return EXIT_ERROR if load.failed or load.wrong else EXIT_OK
+    return EXIT_FAILED_REQUESTS if load.failed or load.wrong else EXIT_OK
 
 
 def _percentiles(samples: list[float]) -> tuple[float, float]:

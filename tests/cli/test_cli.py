@@ -20,7 +20,9 @@ import trio
 
 import domo as domo_package
 from domo.cli import (
+    EXIT_CODES,
     EXIT_ENDPOINT,
+    EXIT_NOT_FOUND,
     EXIT_OK,
     EXIT_REMOTE_ERROR,
     EXIT_TIMEOUT,
@@ -63,18 +65,37 @@ def python_command(code: str) -> str:
         (["worker"], ["SERVICE", "--connect", "--concurrency", "--exec", "DOMO_FRAME_SIZES"]),
         (["call"], ["SERVICE", "BODY", "--timeout", "--retries", "--raw", "mmi.service"]),
         (["demo"], ["--workers", "--clients", "--requests", "--duration"]),
+        (["bench"], ["SERVICE", "--clients", "--requests", "--size"]),
     ],
-    ids=["domo", "broker", "worker", "call", "demo"],
+    ids=["domo", "broker", "worker", "call", "demo", "bench"],
 )
 async def test_help_of_every_command(command: list[str], mentions: list[str]) -> None:
-    """``--help`` exits 0 and documents the options and every exit code."""
+    """``--help`` exits 0 and documents the options and the command's own exit codes, only
+    those: the table of another command would mislead."""
     done = await run_domo(*command, "--help")
     assert (done.code, done.stderr) == (EXIT_OK, "")
     assert done.stdout.startswith(f"usage: domo {' '.join(command)}".rstrip())
     for mention in [*mentions, "--log-level" if command else "COMMAND", "exit codes:"]:
         assert mention in done.stdout
-    for code in (EXIT_OK, EXIT_USAGE, EXIT_TIMEOUT, EXIT_REMOTE_ERROR, EXIT_ENDPOINT):
-        assert re.search(rf"^  {code} ", done.stdout, re.MULTILINE)
+    table = done.stdout.split("exit codes:\n", 1)[1]
+    listed = [int(code) for code in re.findall(r"^  (\d+) ", table, re.MULTILINE)]
+    assert listed == [code for code, _ in EXIT_CODES[command[0] if command else "domo"]]
+
+
+async def test_bare_domo_prints_help_and_exits_0() -> None:
+    """A newcomer's first try, `domo` alone, gets the help on stdout, not a usage error."""
+    done = await run_domo()
+    assert (done.code, done.stderr) == (EXIT_OK, "")
+    assert done.stdout.startswith("usage: domo")
+    assert "broker" in done.stdout
+    assert "exit codes:" in done.stdout
+
+
+def test_every_exit_code_means_one_thing_per_command() -> None:
+    for command, table in EXIT_CODES.items():
+        codes = [code for code, _ in table]
+        assert len(codes) == len(set(codes)), command
+    assert (EXIT_TIMEOUT, EXIT_REMOTE_ERROR, EXIT_ENDPOINT, EXIT_NOT_FOUND) == (3, 4, 5, 6)
 
 
 async def test_version_from_the_installed_console_script() -> None:
@@ -162,7 +183,9 @@ async def test_broker_worker_and_call_end_to_end(domo: StartDomo, tmp_path: Path
     done = await call("echo")
     assert (done.code, done.stdout) == (EXIT_OK, "\n")  # no BODY: one empty frame
     assert (await call("mmi.service", "echo")).stdout == "200\n"
-    assert (await call("mmi.service", "nobody")).stdout == "404\n"
+    not_found = await call("mmi.service", "nobody")
+    assert (not_found.code, not_found.stdout) == (EXIT_NOT_FOUND, "404\n")  # a script's $?
+    assert not_found.stderr == "domo call: the broker answered 404 to mmi.service\n"
     assert "MmiReplied(" in await broker.line("status=b'404'", "stderr")
 
 
@@ -444,7 +467,8 @@ async def test_stopping_a_worker_sends_disconnect(domo: StartDomo, signum: signa
     assert "Traceback" not in "\n".join(worker.lines("stderr"))
     gone = await broker.line("WorkerDisconnected(", "stderr")
     assert "reason='worker-disconnect', disconnect_sent=False" in gone
-    assert (await run_domo("call", "mmi.service", "echo", "--connect", endpoint)).stdout == "404\n"
+    gone_now = await run_domo("call", "mmi.service", "echo", "--connect", endpoint)
+    assert (gone_now.code, gone_now.stdout) == (EXIT_NOT_FOUND, "404\n")
 
 
 async def test_worker_stopped_while_busy_hands_the_request_back(domo: StartDomo) -> None:
