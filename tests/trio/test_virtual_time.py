@@ -34,7 +34,15 @@ from domo.protocol.events import (
     WorkerRegistered,
 )
 from domo.protocol.mdp import BodyFrame
-from domo.trio import Client, DomoError, RemoteError, RequestTimeout, run_worker, serve_broker
+from domo.trio import (
+    Client,
+    DomoError,
+    Partial,
+    RemoteError,
+    RequestTimeout,
+    run_worker,
+    serve_broker,
+)
 from domo.trio._transport import Connection
 from domo.trio.errors import ERROR_MARKER
 from domo.trio.testing import FakeNetwork, Packet
@@ -446,6 +454,60 @@ async def test_generator_yields_become_partials_and_the_last_one_the_final(
                     (2.0, [b"2"], True),
                 ]
                 assert await client.request("count", b"1") == [b"0"]
+            nursery.cancel_scope.cancel()
+
+
+async def progress(body: list[bytes]) -> AsyncIterator[bytes | Partial]:
+    yield Partial(b"starting")
+    await trio.sleep(2.0)  # within the client's 2.5 s reply timeout
+    yield Partial([b"halfway", b"50%"])
+    await trio.sleep(2.0)
+    yield b"done"
+
+
+async def test_a_partial_yielded_as_such_leaves_at_once(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """MDP-R-01: ``yield Partial(body)`` reaches the client when it is yielded, not when the
+    handler yields again: "starting" is seen at once, not 2 s later with the next value."""
+    net = FakeNetwork()
+    with trio.fail_after(60):
+        async with trio.open_nursery() as nursery:
+            await start_broker(nursery, net)
+            await start_worker(nursery, net, "progress", progress)
+            async with Client(EP, transport=net) as client:
+                start = trio.current_time()
+                seen = []
+                async with client.stream("progress", b"") as stream:
+                    async for reply in stream:
+                        seen.append((trio.current_time() - start, reply.body, reply.final))
+                assert seen == [
+                    (0.0, [b"starting"], False),
+                    (2.0, [b"halfway", b"50%"], False),
+                    (4.0, [b"done"], True),
+                ]
+            nursery.cancel_scope.cancel()
+
+
+async def only_partials(body: list[bytes]) -> AsyncIterator[Partial]:
+    yield Partial(b"a")
+    yield Partial(b"b")
+
+
+async def test_a_generator_of_partials_only_ends_with_an_empty_final(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A generator that yields only ``Partial``s: each is a PARTIAL, and its end is a FINAL of
+    one empty frame (a FINAL must have a body, MDP-R-01)."""
+    net = FakeNetwork()
+    with trio.fail_after(60):
+        async with trio.open_nursery() as nursery:
+            await start_broker(nursery, net)
+            await start_worker(nursery, net, "partials", only_partials)
+            async with Client(EP, transport=net) as client:
+                async with client.stream("partials", b"") as stream:
+                    seen = [(reply.body, reply.final) async for reply in stream]
+                assert seen == [([b"a"], False), ([b"b"], False), ([b""], True)]
             nursery.cancel_scope.cancel()
 
 

@@ -4,7 +4,8 @@
 - ``Client``: requests, with timeouts, retries and streaming replies (``client.py``);
   ``call()`` for synchronous scripts.
 - ``run_worker(endpoint, service, handler)``: serve a service with an async handler
-  (``worker.py``).
+  (``worker.py``; ``help(run_worker)`` has the handler contract), with ``WorkerConfig`` for its
+  timing and ``Partial`` for replies streamed from a generator.
 - ``errors``: ``DomoError`` and its subclasses; the handler-error reply convention (MDP-D-23).
 - ``Transport`` / ``ZmqTransport``: the seam that ``domo.trio.testing.FakeNetwork`` replaces;
   its ``Connection`` (``wait``, ``receive``, ``send`` -> ``SENT``/``EAGAIN``/``EHOSTUNREACH``)
@@ -27,7 +28,7 @@ from .errors import (
     RequestFailed,
     RequestTimeout,
 )
-from .worker import Body, Handler, run_worker
+from .worker import Body, Handler, Partial, WorkerConfig, run_worker
 
 __all__ = [
     "EAGAIN",
@@ -39,12 +40,14 @@ __all__ = [
     "Connection",
     "DomoError",
     "Handler",
+    "Partial",
     "RemoteError",
     "Reply",
     "ReplyStream",
     "RequestFailed",
     "RequestTimeout",
     "Transport",
+    "WorkerConfig",
     "ZmqTransport",
     "call",
     "run_worker",

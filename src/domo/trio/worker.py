@@ -1,13 +1,18 @@
 """``run_worker``: serve one MDP/0.2 service with an async handler, as a Trio task.
 
-A handler gets the request body (a list of frames) and answers in one of two ways:
+The handler contract (also in ``help(run_worker)`` and ``help(Handler)``): a handler gets the
+request body (a list of frames, ``list[bytes]``) and answers in one of two ways.
 
-- an ``async def`` returning the FINAL body: ``bytes`` (one frame) or a sequence of ``bytes``;
-- an ``async def`` generator (or any async iterator): every value it yields is a body; the
-  last one is the FINAL and every earlier one a PARTIAL. The runtime learns that a value was not
-  the last when the next one is yielded, so each PARTIAL goes out when its successor is ready
-  (or the generator ends).
-  A generator that yields nothing is a handler error.
+- An ``async def`` returning the FINAL body: ``bytes`` (one frame) or a sequence of ``bytes``.
+- An ``async def`` generator (or any async iterator) that yields bodies:
+
+  - ``yield Partial(body)`` sends a PARTIAL at once (a progress report, a chunk of a stream);
+  - a plain ``yield body`` is a FINAL if it is the last value, else a PARTIAL. Whether it was
+    the last is known only when the next value comes or the generator ends, so a plain value
+    leaves when that happens: yield ``Partial`` for anything the client should see right away;
+  - the generator must yield at least one plain value or ``Partial``; when it ends, its last
+    plain value is the FINAL (if every value was a ``Partial``, the FINAL is empty: ``[]``
+    frames is not valid, so it is one empty frame, ``[b""]``).
 
 The handler runs in a task apart from the one that owns the session's socket, so the session
 keeps heartbeating while it works (MDP-H-04), as long as the handler awaits: run blocking or
@@ -25,6 +30,8 @@ socket after the session's backoff (MDP-W-17, MDP-D-18).
 ``concurrency=N`` runs N independent sessions, each with its own socket: N requests at a time.
 Cancelling ``run_worker`` sends DISCONNECT on every session (a request in progress is handed
 back to the broker, MDP-D-22) and closes the sockets.
+
+``examples/progress_worker.py`` is a runnable worker that streams PARTIALs this way.
 """
 
 from __future__ import annotations
@@ -34,7 +41,7 @@ import logging
 import math
 import types
 from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Sequence
-from typing import Any, TypeAlias, TypeVar, cast
+from typing import Any, Protocol, TypeAlias, TypeVar, cast
 
 import trio
 import zmq
@@ -46,13 +53,44 @@ from ._pump import SessionPump, log_event
 from ._transport import Transport, ZmqTransport
 from .errors import error_body
 
-__all__ = ["Body", "Handler", "run_worker"]
+__all__ = ["Body", "Handler", "Partial", "WorkerConfig", "run_worker"]
 
 logger = logging.getLogger("domo.worker")
 
 T = TypeVar("T")
 Body: TypeAlias = bytes | Sequence[bytes]
-Handler: TypeAlias = Callable[[list[bytes]], Awaitable[Body] | AsyncIterator[Body]]
+
+
+class Partial:
+    """A body that a generator handler yields to have it sent as a PARTIAL at once.
+
+    ``yield Partial(b"starting")`` reaches the client before the handler goes on; a plain
+    ``yield b"starting"`` would wait until the handler's next value shows it was not the FINAL.
+    """
+
+    __slots__ = ("body",)
+
+    def __init__(self, body: Body) -> None:
+        self.body = body
+
+    def __repr__(self) -> str:
+        return f"Partial({self.body!r})"
+
+
+class Handler(Protocol):
+    """What ``run_worker`` calls for each request: ``handler(body) -> reply``.
+
+    ``body`` is the request's frames (``list[bytes]``). The handler is either an ``async def``
+    returning the FINAL body (``bytes`` or a sequence of ``bytes``), or an ``async def``
+    generator: each ``yield Partial(body)`` is sent as a PARTIAL at once; a plain ``yield body``
+    is the FINAL if it is the last value, else a PARTIAL sent when the next value comes. A
+    handler that raises is answered with an error FINAL (``RemoteError`` at the client) and the
+    worker keeps serving. See ``domo.trio.worker``'s docstring and ``examples/progress_worker.py``.
+    """
+
+    def __call__(
+        self, body: list[bytes], /
+    ) -> Awaitable[Body] | AsyncIterator[Body] | AsyncIterator[Body | Partial]: ...
 
 
 class HandlerError(Exception):
@@ -74,7 +112,19 @@ async def run_worker(
 ) -> None:
     """Serve ``service`` at the broker on ``endpoint`` with ``handler`` until cancelled.
 
-    ``config`` sets heartbeat and reconnection timing (it must match the broker's). ``on_event``
+    ``handler(body)`` gets each request's frames (``list[bytes]``) and answers either by
+    returning the FINAL body (``bytes`` or a sequence of ``bytes``) from an ``async def``, or
+    from an ``async def`` generator: ``yield Partial(body)`` sends a PARTIAL at once, and the
+    last plain ``yield body`` is the FINAL (an earlier plain value goes out as a PARTIAL when the
+    next one comes). If it raises, the client gets an error reply (``RemoteError``) and the
+    worker keeps serving. Blocking work belongs in ``trio.to_thread.run_sync`` so heartbeats go
+    on. A runnable example: ``examples/progress_worker.py``.
+
+    Use ``nursery.start(run_worker, ...)``: it returns once the sessions are started (not yet
+    registered: the broker may be down; the worker connects and retries until it answers).
+
+    ``config`` (a ``WorkerConfig``) sets heartbeat and reconnection timing (it must match the
+    broker's). ``concurrency`` is how many requests run at once, one session each. ``on_event``
     sees every event of every session. ``context`` (for ``inproc://``) or ``transport`` (for
     ``domo.trio.testing``) replace the default fresh ZeroMQ context.
     """
@@ -163,28 +213,42 @@ class _Serving:
             if type(result) is types.CoroutineType or not isinstance(result, AsyncIterator):
                 return _frames(await _in_context(context, result))
             held: mdp.Frames | None = None
+            yielded = False
             try:
                 while True:
                     try:
                         value = await _in_context(context, result.__anext__())
                     except StopAsyncIteration:
                         break
+                    yielded = True
                     if held is not None:
-                        if self.session.current_request != request.number:
+                        # A value came after it: the held one was not the FINAL.
+                        if not await self._send_partial(request, held):
                             return None
-                        self.pump.call(self.session.send_partial, held)
-                        await self.pump.drained()  # don't queue faster than the socket sends
-                    held = _frames(value)
+                        held = None
+                    if isinstance(value, Partial):
+                        if not await self._send_partial(request, _frames(value.body)):
+                            return None
+                    else:
+                        held = _frames(value)
             finally:
                 close = getattr(result, "aclose", None)  # an async generator's cleanup, now
                 if close is not None:
                     await _in_context(context, close())
-            if held is None:
+            if not yielded:
                 raise HandlerError("the handler's generator yielded nothing")
-            return held
+            return held if held is not None else (b"",)
         except Exception as error:
             logger.exception("handler for %r failed", self.session.service)
             return tuple(error_body(error))
+
+    async def _send_partial(self, request: RequestReceived, frames: mdp.Frames) -> bool:
+        """Send a PARTIAL for ``request``; False if the session gave the request up."""
+        if self.session.current_request != request.number:
+            return False
+        self.pump.call(self.session.send_partial, frames)
+        await self.pump.drained()  # don't queue faster than the socket sends
+        return True
 
 
 @types.coroutine
