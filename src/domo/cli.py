@@ -36,10 +36,18 @@ from typing import Final
 import trio
 import zmq
 
-from domo import __version__
+from domo import __version__, eventlog
 from domo.endpoints import EndpointError, check_endpoint
 from domo.protocol import BrokerConfig, WorkerConfig, mdp
-from domo.protocol.events import BrokerEvent, RequestCompleted, WorkerRegistered
+from domo.protocol.events import (
+    BrokerEvent,
+    ProtocolViolation,
+    ReconnectRequired,
+    RequestCompleted,
+    WorkerConnected,
+    WorkerExpired,
+    WorkerRegistered,
+)
 from domo.trio import (
     Client,
     Handler,
@@ -156,21 +164,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``domo`` command with ``argv`` (default: ``sys.argv[1:]``); returns the exit code."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    if args.command is None:
+    if getattr(args, "run", None) is None:  # no COMMAND (fuzz's --exec is `args.command`)
         parser.print_help()
         return EXIT_OK
     if args.prepare is not None:
         args.prepare(args)  # checks that need more than one option; exits 2 on a bad one
-    logging.basicConfig(
-        level=args.log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+    eventlog.configure(args.log_level, args.log_format)
     command: Callable[[argparse.Namespace], Awaitable[int]] = args.run
     try:
         return trio.run(command, args)
     except BaseException as error:
-        return _exit_code_for(args.command, _only_leaf(error))
+        # The subcommand's name from its parser: fuzz's --exec is stored as ``args.command``.
+        return _exit_code_for(args.parser.prog.rsplit(" ", 1)[-1], _only_leaf(error))
 
 
 def _only_leaf(error: BaseException) -> BaseException:
@@ -250,6 +255,13 @@ def _subcommand(
         default=log_level,
         choices=["debug", "info", "warning", "error"],
         help=f"what to log on stderr (default: {log_level}; debug shows every request)",
+    )
+    sub.add_argument(
+        "--log-format",
+        default="text",
+        choices=list(eventlog.LOG_FORMATS),
+        help="log lines for people (text: wall-clock time, level, one sentence per event) or "
+        "one JSON object per line for machines (default: %(default)s)",
     )
     return sub
 
@@ -773,13 +785,15 @@ async def _broker(args: argparse.Namespace) -> int:
         max_redispatches=args.max_redispatches,
     )
     completed = 0
+    late_workers = LateWorkerWatch(config)
 
-    def count_completed(event: BrokerEvent) -> None:
+    def on_event(event: BrokerEvent) -> None:
         nonlocal completed
         if isinstance(event, RequestCompleted):
             completed += 1
+        late_workers.on_event(event)
 
-    serve = partial(serve_broker, config=config, on_event=count_completed)
+    serve = partial(serve_broker, config=config, on_event=on_event)
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async with trio.open_nursery() as nursery:
             bound: list[str] = await nursery.start(serve, *(args.bind or [DEFAULT_ENDPOINT]))
@@ -788,6 +802,41 @@ async def _broker(args: argparse.Namespace) -> int:
             await _stop_on_signal(signals, nursery.cancel_scope, "broker")
     print(f"domo broker: stopped; {completed} requests completed", flush=True)
     return EXIT_OK
+
+
+class LateWorkerWatch:
+    """Names the likely cause when workers keep speaking after the broker gave them up.
+
+    A worker whose heartbeat interval is longer than the broker's is expired (nothing heard for
+    liveness x the broker's interval) and then heard again: its next HEARTBEAT breaks a rule
+    (it is no longer registered). Each such violation alone reads like a faulty peer; the first
+    one from a peer that expired is explained once, with what to check.
+    """
+
+    REMEMBERED: Final = 1000  # expired peers kept in mind, the oldest forgotten first
+
+    def __init__(self, config: BrokerConfig) -> None:
+        self.config = config
+        self._expired: dict[object, None] = {}  # insertion-ordered: a bounded, ordered set
+        self.hinted = False
+
+    def on_event(self, event: BrokerEvent) -> None:
+        if isinstance(event, WorkerExpired):
+            self._expired[event.worker] = None
+            if len(self._expired) > self.REMEMBERED:
+                del self._expired[next(iter(self._expired))]
+        elif (
+            isinstance(event, ProtocolViolation) and event.peer in self._expired and not self.hinted
+        ):
+            self.hinted = True
+            logger.warning(
+                "worker %s spoke again after it expired (nothing heard from it for %.3g s): its "
+                "heartbeat interval is probably longer than this broker's %.3g s (broker and "
+                "workers must use the same --heartbeat-interval and --liveness)",
+                eventlog.peer_text(event.peer),
+                self.config.liveness * self.config.heartbeat_interval,
+                self.config.heartbeat_interval,
+            )
 
 
 async def _stop_on_signal(
@@ -834,18 +883,83 @@ async def _worker(args: argparse.Namespace) -> int:
         handler = _command_handler(args.service, args.exec_argv, args.exec_timeout)
         serving = f"by running {args.exec_command!r}"
     config = WorkerConfig(heartbeat_interval=args.heartbeat_interval, liveness=args.liveness)
-    work = partial(run_worker, config=config, concurrency=args.concurrency)
+    watch = BrokerWatch(args.connect, config)
+
+    def say_serving() -> None:
+        print(
+            f"domo worker: serving {args.service!r} {serving} at {args.connect}, "
+            f"{args.concurrency} at a time",
+            flush=True,
+        )
+
+    watch.on_first_answer = say_serving
+    work = partial(
+        run_worker,
+        config=config,
+        concurrency=args.concurrency,
+        on_event=watch.on_event,
+        on_broker_heard=watch.heard,
+    )
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async with trio.open_nursery() as nursery:
             await nursery.start(work, args.connect, args.service, handler)
-            print(
-                f"domo worker: serving {args.service!r} {serving} at {args.connect}, "
-                f"{args.concurrency} at a time",
-                flush=True,
-            )
+            if not watch.answered:
+                print(f"domo worker: waiting for the broker at {args.connect}", flush=True)
             await _stop_on_signal(signals, nursery.cancel_scope, "worker")
     print("domo worker: stopped", flush=True)
     return EXIT_OK
+
+
+class BrokerWatch:
+    """What a worker can tell of its broker from the outside: whether it ever answered, and
+    whether it keeps going silent right after each connect.
+
+    A broker says nothing to READY; it is first heard with its first HEARTBEAT (one interval
+    later) or a request. A session that reconnects for "broker-lost" before hearing anything,
+    again and again, points at no broker there, or at one whose heartbeat interval is longer than
+    the worker's: the worker gives it up after liveness x its own interval, before the broker's
+    first HEARTBEAT is due. That is said once, with what to check.
+    """
+
+    STRIKES: Final = 2  # silent connects in a row before the hint
+
+    def __init__(self, endpoint: str, config: WorkerConfig) -> None:
+        self.endpoint = endpoint
+        self.config = config
+        self.answered = False  # the broker was heard at least once
+        self.heard_since_connect = False
+        self.silent_connects = 0
+        self.hinted = False
+        self.on_first_answer: Callable[[], None] = lambda: None
+
+    def heard(self) -> None:
+        self.heard_since_connect = True
+        self.silent_connects = 0
+        if not self.answered:
+            self.answered = True
+            self.on_first_answer()
+
+    def on_event(self, event: object) -> None:
+        if isinstance(event, WorkerConnected):
+            self.heard_since_connect = False
+        elif isinstance(event, ReconnectRequired) and event.reason == "broker-lost":
+            if self.heard_since_connect:
+                self.silent_connects = 0
+                return
+            self.silent_connects += 1
+            if self.silent_connects >= self.STRIKES and not self.hinted:
+                self.hinted = True
+                span = self.config.liveness * self.config.heartbeat_interval
+                logger.warning(
+                    "nothing heard from the broker at %s within %.3g s of connecting, %d times "
+                    "in a row: no broker is running there, or its heartbeat interval is longer "
+                    "than this worker's %.3g s (broker and worker must use the same "
+                    "--heartbeat-interval and --liveness)",
+                    self.endpoint,
+                    span,
+                    self.silent_connects,
+                    self.config.heartbeat_interval,
+                )
 
 
 async def _echo(body: list[bytes]) -> list[bytes]:

@@ -24,7 +24,6 @@ waits until ``reconnect_at`` and opens a new one. A DEALER has one pipe, so ther
 
 from __future__ import annotations
 
-import logging
 import math
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
@@ -32,6 +31,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 import trio
 
+from domo.eventlog import log_event
 from domo.protocol import Broker
 from domo.protocol.events import BrokerEvent, ReconnectRequired
 from domo.protocol.mdp import BodyFrame
@@ -43,23 +43,6 @@ __all__ = ["BATCH", "SessionPump", "log_event", "pump_router"]
 BATCH = 256  # messages handled per wake-up: one checkpoint per batch, and a flood can't hog us
 
 E = TypeVar("E")
-
-# Per-request and per-message events log at DEBUG, violations at WARNING, the rest at INFO.
-_LEVELS = {"ProtocolViolation": logging.WARNING} | dict.fromkeys(
-    ("RequestQueued", "RequestDispatched", "PartialForwarded", "RequestCompleted"),
-    logging.DEBUG,
-)
-_LEVELS |= dict.fromkeys(
-    ("MessageDropped", "RequestSent", "PartialReceived", "FinalReceived", "RequestReceived"),
-    logging.DEBUG,
-)
-
-
-def log_event(logger: logging.Logger, event: object) -> None:
-    """Log a core event at a level fitting its kind."""
-    level = _LEVELS.get(type(event).__name__, logging.INFO)
-    if logger.isEnabledFor(level):
-        logger.log(level, "%r", event)
 
 
 async def pump_router(
@@ -140,7 +123,8 @@ class SessionPump(Generic[E]):
 
     ``on_event`` gets every event; the pump itself acts on ``ReconnectRequired``.
     ``farewell`` ends the session when the pump is cancelled (``disconnect`` or ``close``); the
-    last socket then gets ``linger`` seconds to deliver what it says.
+    last socket then gets ``linger`` seconds to deliver what it says. ``on_heard``, if given, is
+    called when the first message arrives on each new socket (the peer answers at last).
     """
 
     def __init__(
@@ -150,8 +134,11 @@ class SessionPump(Generic[E]):
         on_event: Callable[[E], None],
         farewell: Callable[[float], list[E]],
         linger: float,
+        on_heard: Callable[[], None] | None = None,
     ) -> None:
         self.session = session
+        self._on_heard = on_heard
+        self.heard = False  # a message arrived on the current socket
         self._open = open_connection
         self._on_event = on_event
         self._farewell = farewell
@@ -205,6 +192,7 @@ class SessionPump(Generic[E]):
                     await trio.sleep_until(self._reconnect_at)
                     self._reconnect_at = None
                     self._conn = self._open()
+                    self.heard = False
                     self.ready.set()
                     self._handle(self.session.connected(trio.current_time()))
                 assert self._conn is not None
@@ -244,6 +232,10 @@ class SessionPump(Generic[E]):
         self._kicked = False
         now = trio.current_time()
         messages = conn.receive(BATCH)
+        if messages and not self.heard:
+            self.heard = True
+            if self._on_heard is not None:
+                self._on_heard()
         for message in messages:
             self._handle(self.session.receive(message, now))
         if not messages:  # a receive fires what is due at ``now`` before the message

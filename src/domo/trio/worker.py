@@ -107,6 +107,7 @@ async def run_worker(
     context: zmq.Context[zmq.Socket[bytes]] | None = None,
     transport: Transport | None = None,
     on_event: Callable[[WorkerEvent], None] | None = None,
+    on_broker_heard: Callable[[], None] | None = None,
     linger: float = 0.5,
     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
 ) -> None:
@@ -125,8 +126,11 @@ async def run_worker(
 
     ``config`` (a ``WorkerConfig``) sets heartbeat and reconnection timing (it must match the
     broker's). ``concurrency`` is how many requests run at once, one session each. ``on_event``
-    sees every event of every session. ``context`` (for ``inproc://``) or ``transport`` (for
-    ``domo.trio.testing``) replace the default fresh ZeroMQ context.
+    sees every event of every session. ``on_broker_heard`` is called when a session hears from
+    the broker for the first time on a new socket (its first HEARTBEAT or request): until then
+    nothing shows the broker is there, since READY gets no answer. ``context`` (for
+    ``inproc://``) or ``transport`` (for ``domo.trio.testing``) replace the default fresh ZeroMQ
+    context.
     """
     if concurrency < 1:
         raise ValueError(f"concurrency must be >= 1, got {concurrency}")
@@ -143,6 +147,7 @@ async def run_worker(
                     serving.on_event,
                     session.disconnect,
                     linger,
+                    on_broker_heard,
                 )
                 serving.pump = pump
                 nursery.start_soon(serving.run)

@@ -1,0 +1,146 @@
+"""``domo.eventlog``: one readable line per event (hex peers, no monotonic clock), levels that
+fit, and one JSON object per line for machines."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import re
+
+import pytest
+
+from domo import eventlog
+from domo.protocol.events import (
+    MmiReplied,
+    ProtocolViolation,
+    ReconnectRequired,
+    RequestCompleted,
+    RequestDropped,
+    RequestExpired,
+    WorkerDisconnected,
+    WorkerExpired,
+    WorkerRegistered,
+)
+
+W = b"\x00k\x8bEg"  # a ROUTER identity as libzmq makes them: binary
+
+
+@pytest.mark.parametrize(
+    ("event", "line"),
+    [
+        (
+            WorkerRegistered(worker=W, service=b"echo", at=74769.53),
+            "WorkerRegistered: worker 006b8b4567 serves 'echo'",
+        ),
+        (
+            WorkerExpired(worker=W, service=b"echo", last_heard=10.0, at=17.5),
+            "WorkerExpired: worker 006b8b4567 ('echo') expired: nothing heard from it for 7.50 s",
+        ),
+        (
+            WorkerDisconnected(
+                worker=W, service=b"echo", reason="unexpected-command", disconnect_sent=True, at=1
+            ),
+            "WorkerDisconnected: worker 006b8b4567 ('echo') left: unexpected-command; "
+            "DISCONNECT sent",
+        ),
+        (
+            RequestCompleted(
+                request_id=7,
+                client=b"\x01",
+                service=b"echo",
+                worker=W,
+                partials=2,
+                size=10,
+                elapsed=0.0125,
+                at=3.0,
+            ),
+            "RequestCompleted: request 7 for 'echo' answered by worker 006b8b4567 in 12.5 ms "
+            "(2 partials, 10 bytes)",
+        ),
+        (
+            RequestExpired(request_id=8, client=b"\xff", service=b"nope", waited=30.0, at=1.0),
+            "RequestExpired: request 8 for 'nope' from client ff expired after 30.00 s with no "
+            "worker",
+        ),
+        (
+            MmiReplied(client=b"\x02", service=b"mmi.service", query=b"x", status=b"404", at=1),
+            "MmiReplied: client 02 asked 'mmi.service' about 'x': 404",
+        ),
+        (
+            ProtocolViolation(
+                peer=W,
+                rule="MDP-H-01",
+                reason="HEARTBEAT from an unknown peer",
+                action="disconnected",
+                at=1.0,
+            ),
+            "ProtocolViolation: peer 006b8b4567 broke MDP-H-01: HEARTBEAT from an unknown peer "
+            "(disconnected)",
+        ),
+        (
+            ReconnectRequired(reason="broker-lost", reconnect_at=12.5, at=10.0),
+            "ReconnectRequired: broker-lost: reconnecting on a new socket in 2.50 s",
+        ),
+    ],
+)
+def test_each_event_is_one_readable_line(event: object, line: str) -> None:
+    described = eventlog.describe(event)
+    assert described == line
+    assert "\n" not in described
+    assert "b'" not in described
+    assert "74769" not in described  # the monotonic clock says nothing to a person
+
+
+def test_peer_ids_are_hex_and_pairs_are_joined() -> None:
+    assert eventlog.peer_text(W) == "006b8b4567"
+    assert eventlog.peer_text((0, W)) == "0/006b8b4567"
+    assert eventlog.peer_text(None) == "-"
+
+
+def test_per_request_events_are_debug_and_losses_warn() -> None:
+    expired = RequestExpired(request_id=1, client=b"c", service=b"s", waited=1.0, at=1.0)
+    dropped = RequestDropped(
+        request_id=1, client=b"c", service=b"s", reason="redispatch-limit", worker=None, at=1.0
+    )
+    registered = WorkerRegistered(worker=W, service=b"s", at=1.0)
+    assert eventlog.level_of(expired) == logging.DEBUG
+    assert eventlog.level_of(dropped) == logging.WARNING
+    assert eventlog.level_of(registered) == logging.INFO
+
+
+def test_an_event_whose_template_no_longer_fits_falls_back_to_its_fields() -> None:
+    class WorkerRegistered:  # same name, other fields: the log must not break
+        def __init__(self) -> None:
+            self.who = "x"
+
+    assert eventlog.describe(WorkerRegistered()).startswith("WorkerRegistered: ")
+
+
+def test_json_lines_carry_the_event_and_its_fields(capsys: pytest.CaptureFixture[str]) -> None:
+    stream = io.StringIO()
+    logger = logging.getLogger("domo.test.eventlog")
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(eventlog.JsonFormatter())
+    logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG)
+    try:
+        eventlog.log_event(logger, WorkerRegistered(worker=W, service=b"echo", at=5.0))
+    finally:
+        logger.removeHandler(handler)
+    record = json.loads(stream.getvalue())
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", record.pop("time"))
+    assert record == {
+        "level": "info",
+        "logger": "domo.test.eventlog",
+        "message": "WorkerRegistered: worker 006b8b4567 serves 'echo'",
+        "event": "WorkerRegistered",
+        "worker": "006b8b4567",
+        "service": "echo",
+    }
+
+
+def test_human_lines_start_with_wall_clock_time() -> None:
+    record = logging.LogRecord("domo.broker", logging.INFO, __file__, 1, "%s", ("hi",), None)
+    line = eventlog.HumanFormatter().format(record)
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} INFO domo\.broker: hi", line)
