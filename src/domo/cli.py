@@ -63,6 +63,7 @@ from domo.trio.errors import error_body
 __all__ = [
     "EXIT_ENDPOINT",
     "EXIT_ERROR",
+    "EXIT_FAILED_REQUESTS",
     "EXIT_INTERRUPTED",
     "EXIT_NOT_FOUND",
     "EXIT_OK",
@@ -454,8 +455,9 @@ def _add_bench(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "(each one request at a time, so --clients requests are in flight), --requests of them "
         "or for --duration seconds, and print the throughput and the p50/p99 latency. With the "
         "built-in echo service (`domo worker echo`) every reply is checked against its request. "
-        "Exit 0 if every request got its FINAL (and, for echo, the right one), 1 if some failed, "
-        "3 if none was answered.",
+        "It first asks the broker whether SERVICE has a worker (mmi.service) and stops at once "
+        "if not; on a terminal it shows progress on stderr; a load that gets no reply for "
+        "longer than every retry takes stops early and says so.",
         _bench,
         "warning",
     )
@@ -1186,12 +1188,20 @@ async def _bench(args: argparse.Namespace) -> int:
         f"{args.size}-byte bodies, {amount}",
         flush=True,
     )
+    problem = await _bench_precheck(args)
+    if problem is not None:
+        print(f"domo bench: {problem}", file=sys.stderr)
+        return EXIT_TIMEOUT
     load = DemoLoad()
     body = b"x" * args.size
+    # A load that gets no reply for this long stops: every client has used all its retries.
+    stall_limit = max(5.0, args.timeout * (args.retries + 1) + 1.0)
+    watch = BenchWatch(load, requests, sys.stderr.isatty())
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async with trio.open_nursery() as nursery:
             with trio.CancelScope() as load_scope:
                 nursery.start_soon(_stop_on_signal, signals, load_scope, "bench")
+                nursery.start_soon(watch.run, load_scope, stall_limit)
                 started = time.perf_counter()
                 await _demo_load(
                     args.connect, None, args.clients, requests, args.duration, load,
@@ -1200,17 +1210,26 @@ async def _bench(args: argparse.Namespace) -> int:
                 )  # fmt: skip
             elapsed = time.perf_counter() - started
             nursery.cancel_scope.cancel()
+    watch.clear()
+    if watch.stalled:
+        print(
+            f"domo bench: no reply for {stall_limit:g} s ({load.failed} requests failed after "
+            f"{args.retries} retries each); stopped early. Is a worker for {args.service!r} "
+            "still up, and does each request finish within --timeout?",
+            file=sys.stderr,
+        )
     done = len(load.latencies)
     print(
         f"requests done: {done} in {elapsed:.2f} s ({load.failed} failed"
         + (f", {load.wrong} wrong replies)" if args.service == "echo" else ")")
     )
     if not done:
-        print(
-            f"domo bench: no reply from {args.service!r} at {args.connect}; is the broker up and "
-            "a worker serving it?",
-            file=sys.stderr,
-        )
+        if not watch.stalled:
+            print(
+                f"domo bench: no reply from {args.service!r} at {args.connect}; is the broker "
+                "up and a worker serving it?",
+                file=sys.stderr,
+            )
         return EXIT_TIMEOUT
     p50, p99 = _percentiles(load.latencies)
     print(f"throughput: {done / elapsed:.0f} requests/s")
@@ -1220,6 +1239,67 @@ async def _bench(args: argparse.Namespace) -> int:
         flush=True,
     )
     return EXIT_FAILED_REQUESTS if load.failed or load.wrong else EXIT_OK
+
+
+async def _bench_precheck(args: argparse.Namespace) -> str | None:
+    """Ask the broker whether the service has a worker (mmi.service); what is wrong, if any."""
+    if args.service.startswith("mmi."):
+        return None  # the broker answers these itself
+    client = Client(args.connect, timeout=args.timeout, retries=0)
+    async with client:
+        try:
+            answer = await client.request("mmi.service", args.service.encode())
+        except RequestFailed:
+            return (
+                f"no broker answered at {args.connect} within {args.timeout:g} s "
+                "(is `domo broker` running there?)"
+            )
+    if answer[:1] != [b"200"]:
+        return (
+            f"no worker serves {args.service!r} at {args.connect} (mmi.service answered "
+            f"{b''.join(answer[:1]).decode('ascii', 'replace')}); start one first, e.g. "
+            f"`domo worker {shlex.quote(args.service)} --exec CMD --connect {args.connect}`"
+        )
+    return None
+
+
+class BenchWatch:
+    """Progress of a ``domo bench`` load, shown on a terminal, and the stall that stops it."""
+
+    def __init__(self, load: DemoLoad, requests: int | None, show: bool) -> None:
+        self.load = load
+        self.requests = requests
+        self.show = show  # only on a terminal: a '\r' line in a log file or a pipe is noise
+        self.stalled = False
+        self._shown = False
+
+    async def run(self, load_scope: trio.CancelScope, stall_limit: float) -> None:
+        started = last_change = trio.current_time()
+        answered = 0
+        while True:
+            await trio.sleep(0.5)
+            now = trio.current_time()
+            done = len(self.load.latencies)
+            if done != answered:
+                answered, last_change = done, now
+            elif now - last_change >= stall_limit and self.load.failed:
+                self.stalled = True
+                load_scope.cancel()
+                return
+            if self.show:
+                total = f"/{self.requests}" if self.requests else ""
+                rate = done / (now - started)
+                sys.stderr.write(
+                    f"\r  {done}{total} answered, {self.load.failed} failed, {rate:.0f} requests/s "
+                )
+                sys.stderr.flush()
+                self._shown = True
+
+    def clear(self) -> None:
+        """End the progress line, if one was shown, so what follows starts on its own line."""
+        if self._shown:
+            sys.stderr.write("\n")
+            sys.stderr.flush()
 
 
 async def _demo(args: argparse.Namespace) -> int:

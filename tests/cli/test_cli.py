@@ -253,8 +253,34 @@ async def test_bench_loads_a_running_broker_and_reports(domo: StartDomo) -> None
         "--retries", "0",
     )  # fmt: skip
     assert nobody.code == EXIT_TIMEOUT
-    assert "requests done: 0 in" in nobody.stdout
-    assert "no reply from 'nobody'" in nobody.stderr
+    assert "requests done" not in nobody.stdout  # asked mmi.service first: no load at all
+    assert nobody.stderr == (
+        f"domo bench: no worker serves 'nobody' at {endpoint} (mmi.service answered 404); "
+        f"start one first, e.g. `domo worker nobody --exec CMD --connect {endpoint}`\n"
+    )
+    nothing = f"tcp://127.0.0.1:{_free_port()}"
+    no_broker = await run_domo("bench", "--connect", nothing, "--timeout", "0.3")
+    assert no_broker.code == EXIT_TIMEOUT
+    assert f"no broker answered at {nothing} within 0.3 s" in no_broker.stderr
+
+
+async def test_bench_stops_early_when_nothing_is_answered(domo: StartDomo) -> None:
+    """A worker that registered but never answers in time: the load stops once no reply came
+    for longer than every retry takes, instead of running its 100,000 requests; no '\r'
+    progress lines when stderr is not a terminal."""
+    broker, endpoint = await start_broker(domo)
+    await start_worker(domo, broker, "stuck", "--connect", endpoint, "--exec", "sleep 30")
+    started = trio.current_time()
+    done = await run_domo(
+        "bench", "stuck", "--connect", endpoint, "--requests", "100000", "--clients", "2",
+        "--timeout", "0.3", "--retries", "0", time_limit=30,
+    )  # fmt: skip
+    assert done.code == EXIT_TIMEOUT  # nothing was answered
+    assert trio.current_time() - started < 15
+    assert "domo bench: no reply for 5 s (" in done.stderr
+    assert "stopped early" in done.stderr
+    assert "\r" not in done.stderr
+    assert re.search(r"requests done: 0 in [\d.]+ s \(\d+ failed\)", done.stdout)
 
 
 # --- --exec ---------------------------------------------------------------------------------------
