@@ -1128,8 +1128,7 @@ async def _request_once(client: Client, args: argparse.Namespace) -> int:
         why = "the replies stopped" if error.reason == "timeout-after-partial" else "no reply"
         print(
             f"domo call: {why} from {args.service!r} at {args.connect} within {args.timeout:g} s, "
-            f"{error.attempts} attempt(s); is the broker up and a worker serving it? "
-            f"(`domo call mmi.service {shlex.quote(args.service)}` asks the broker)",
+            f"{error.attempts} attempt(s); {await _why_no_reply(args, error.attempts)}",
             file=sys.stderr,
         )
         return EXIT_TIMEOUT
@@ -1139,6 +1138,29 @@ async def _request_once(client: Client, args: argparse.Namespace) -> int:
         print(f"domo call: the broker answered {status} to {args.service}", file=sys.stderr)
         return EXIT_NOT_FOUND
     return EXIT_OK
+
+
+async def _why_no_reply(args: argparse.Namespace, attempts: int) -> str:
+    """After a timeout, ask the broker (mmi.service, one short try) what the likely cause is."""
+    if args.service.startswith("mmi."):
+        return "is the broker up?"
+    async with Client(args.connect, timeout=min(args.timeout, 1.0), retries=0) as client:
+        try:
+            answer = await client.request("mmi.service", args.service.encode())
+        except RequestFailed:
+            return f"no broker answered at {args.connect} either (is `domo broker` running?)"
+    if answer[:1] != [b"200"]:
+        return f"the broker says no worker serves {args.service!r} (mmi.service: 404)"
+    repeated = (
+        f"; each of the {attempts} attempts was sent again, so the work may have run "
+        f"{attempts} times (--retries 0 sends it once)"
+        if attempts > 1
+        else ""
+    )
+    return (
+        f"a worker serves {args.service!r}, so the work takes longer than --timeout "
+        f"{args.timeout:g} s: give it more time (e.g. --timeout {args.timeout * 4:g}){repeated}"
+    )
 
 
 def _write_raw(body: list[bytes]) -> None:

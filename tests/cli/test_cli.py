@@ -387,6 +387,32 @@ async def test_exec_concurrency_runs_commands_side_by_side(domo: StartDomo, tmp_
 # --- timeouts and endpoints -----------------------------------------------------------------------
 
 
+async def test_slow_work_is_named_as_such_and_its_repeats_too(
+    domo: StartDomo, tmp_path: Path
+) -> None:
+    """A command slower than the client's --timeout: the call says the work takes longer than
+    --timeout (a worker does serve it), that each resend may have run it again, and how to
+    give it more time, not "is the broker up?"."""
+    broker, endpoint = await start_broker(domo)
+    runs = tmp_path / "runs"
+    slow = f"sh -c 'echo run >> {shlex.quote(str(runs))}; sleep 1; echo done'"
+    await start_worker(domo, broker, "slow", "--connect", endpoint, "--exec", slow)
+    done = await run_domo(
+        "call", "slow", "--connect", endpoint, "--timeout", "0.3", "--retries", "1"
+    )
+    assert (done.code, done.stdout) == (EXIT_TIMEOUT, "")
+    message = done.stderr.strip()
+    assert message.startswith(f"domo call: no reply from 'slow' at {endpoint} within 0.3 s")
+    assert "a worker serves 'slow', so the work takes longer than --timeout 0.3 s" in message
+    assert "(e.g. --timeout 1.2)" in message
+    assert "each of the 2 attempts was sent again, so the work may have run 2 times" in message
+    assert "is the broker up" not in message
+    # The resend did run the command a second time, once the first run freed the worker (1 s):
+    # that is why the message says so.
+    await trio.sleep(2.5)
+    assert runs.read_text().count("run") == 2
+
+
 async def test_call_without_a_worker_or_broker_exits_3(domo: StartDomo) -> None:
     """MDP-C-08: no FINAL within the timeout, after every retry: exit 3 and a hint, whether
     the broker has no worker for the service or there is no broker at all."""
@@ -397,6 +423,7 @@ async def test_call_without_a_worker_or_broker_exits_3(domo: StartDomo) -> None:
     assert (done.code, done.stdout) == (EXIT_TIMEOUT, "")
     assert done.stderr.startswith(f"domo call: no reply from 'nobody' at {endpoint} within 0.2 s")
     assert "2 attempt(s)" in done.stderr
+    assert "the broker says no worker serves 'nobody' (mmi.service: 404)" in done.stderr
     assert done.elapsed >= 0.4
     nowhere = "ipc:///nonexistent-dir/domo.ipc"
     done = await run_domo(
