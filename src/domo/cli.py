@@ -44,7 +44,12 @@ from domo.protocol.events import (
     ProtocolViolation,
     ReconnectRequired,
     RequestCompleted,
+    RequestDispatched,
+    RequestDropped,
+    RequestExpired,
+    RequestQueued,
     WorkerConnected,
+    WorkerDisconnected,
     WorkerExpired,
     WorkerRegistered,
 )
@@ -806,6 +811,9 @@ async def _broker(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+LARGE_BODY: Final = 16 * 1024 * 1024  # bytes: a body that takes a while to cross loopback
+
+
 class LateWorkerWatch:
     """Names the likely cause when workers keep speaking after the broker gave them up.
 
@@ -820,10 +828,43 @@ class LateWorkerWatch:
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
         self._expired: dict[object, None] = {}  # insertion-ordered: a bounded, ordered set
+        self._sizes: dict[int, int] = {}  # request id -> body size, for requests not yet done
+        self._holding: dict[object, int] = {}  # worker -> size of the request it was sent last
         self.hinted = False
+        self.hinted_transfer = False
+
+    def _explain_large_transfer(self, event: WorkerExpired | WorkerDisconnected) -> None:
+        """A worker that expired holding a large body was most likely busy moving it: nothing
+        else can cross its connection while a message does, heartbeats included."""
+        size = self._holding.pop(event.worker, 0)
+        span = self.config.liveness * self.config.heartbeat_interval
+        if size < LARGE_BODY or self.hinted_transfer:
+            return
+        self.hinted_transfer = True
+        logger.warning(
+            "worker %s was lost (%s) while it held a request of %.0f MB: a message that large "
+            "takes longer to cross than --liveness x --heartbeat-interval = %.3g s, and "
+            "heartbeats wait behind it, so each side took the other for dead; raise "
+            "--heartbeat-interval (on the broker and its workers) for bodies this large",
+            eventlog.peer_text(event.worker),
+            "expired" if isinstance(event, WorkerExpired) else event.reason,
+            size / 1e6,
+            span,
+        )
 
     def on_event(self, event: BrokerEvent) -> None:
+        if isinstance(event, RequestQueued):
+            self._sizes[event.request_id] = event.size
+            if len(self._sizes) > self.REMEMBERED:
+                del self._sizes[next(iter(self._sizes))]
+        elif isinstance(event, RequestDispatched):
+            self._holding[event.worker] = self._sizes.get(event.request_id, 0)
+        elif isinstance(event, RequestCompleted | RequestDropped | RequestExpired):
+            self._sizes.pop(event.request_id, None)
+        elif isinstance(event, WorkerDisconnected) and event.reason == "unreachable":
+            self._explain_large_transfer(event)  # it gave the broker up while the body crossed
         if isinstance(event, WorkerExpired):
+            self._explain_large_transfer(event)
             self._expired[event.worker] = None
             if len(self._expired) > self.REMEMBERED:
                 del self._expired[next(iter(self._expired))]
@@ -949,7 +990,9 @@ class BrokerWatch:
                 self.silent_connects = 0
                 return
             self.silent_connects += 1
-            if self.silent_connects >= self.STRIKES and not self.hinted:
+            # A broker heard before has an interval that fits (its HEARTBEAT came in time):
+            # losing it later has other causes (it stopped, or a large body held the line).
+            if self.silent_connects >= self.STRIKES and not self.hinted and not self.answered:
                 self.hinted = True
                 span = self.config.liveness * self.config.heartbeat_interval
                 logger.warning(
@@ -1157,6 +1200,14 @@ async def _why_no_reply(args: argparse.Namespace, attempts: int) -> str:
         if attempts > 1
         else ""
     )
+    size = sum(len(frame) for frame in args.frames)
+    if size >= LARGE_BODY:
+        return (
+            f"a worker serves {args.service!r}, but a body of {size / 1e6:.0f} MB may take "
+            "longer to cross than the broker's liveness x heartbeat interval, so the broker "
+            "can take its worker for dead and drop the request (its log says so); raise "
+            f"--heartbeat-interval on the broker and workers, or --timeout{repeated}"
+        )
     return (
         f"a worker serves {args.service!r}, so the work takes longer than --timeout "
         f"{args.timeout:g} s: give it more time (e.g. --timeout {args.timeout * 4:g}){repeated}"

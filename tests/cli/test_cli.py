@@ -661,3 +661,23 @@ async def test_broker_log_as_json_lines(domo: StartDomo) -> None:
     record = json.loads(line)
     assert (record["level"], record["logger"], record["service"]) == ("info", "domo.broker", "echo")
     assert re.fullmatch(r"[0-9a-f]+", record["worker"])
+
+
+@pytest.mark.slow
+async def test_a_body_too_large_for_the_heartbeat_is_named(domo: StartDomo) -> None:
+    """100 MB at a 0.05 s heartbeat (liveness 2): nothing crosses a connection while the body
+    does, heartbeats included, so the broker takes the worker for dead. The broker's log and the
+    call's message say so, with the option to change, instead of "is the broker up?"."""
+    beats = ["--heartbeat-interval", "0.05", "--liveness", "2"]
+    broker = await domo("broker", "--bind", "tcp://127.0.0.1:0", *beats)
+    endpoint = await broker.endpoint()
+    await domo("worker", "echo", "--connect", endpoint, *beats)
+    await broker.line("WorkerRegistered:", "stderr")
+    done = await run_domo(
+        "call", "echo", "-", "--connect", endpoint, "--timeout", "8", "--retries", "0", "--raw",
+        stdin=b"\0" * 100_000_000, time_limit=60,
+    )  # fmt: skip
+    assert done.code == EXIT_TIMEOUT
+    assert "a body of 100 MB may take longer to cross than the broker's liveness" in done.stderr
+    hint = await broker.line("while it held a request of 100 MB", "stderr")
+    assert "raise --heartbeat-interval (on the broker and its workers)" in hint
