@@ -30,6 +30,17 @@ pytestmark = [
 
 BEATS = ["--heartbeat-interval", "0.2", "--liveness", "3"]
 REPLY_TIMEOUT_MS = 5000
+Context = zmq.Context[zmq.Socket[bytes]]
+
+
+@pytest.fixture
+def context() -> Iterator[Context]:
+    """A ZeroMQ context of the test's own, terminated at the end (every socket has linger 0)."""
+    ctx: Context = zmq.Context()
+    try:
+        yield ctx
+    finally:
+        ctx.term()
 
 
 @contextmanager
@@ -64,7 +75,7 @@ def broker_endpoint(tmp_path: Path, name: str, process: subprocess.Popen[bytes])
 
 
 @pytest.fixture
-def broker_with_echo(tmp_path: Path) -> Iterator[str]:
+def broker_with_echo(tmp_path: Path, context: Context) -> Iterator[str]:
     """A ``domo broker`` on 127.0.0.1 and one ``domo worker echo``; yields the endpoint."""
     with ExitStack() as stack:
         broker = stack.enter_context(
@@ -74,13 +85,12 @@ def broker_with_echo(tmp_path: Path) -> Iterator[str]:
         stack.enter_context(
             domo_process(tmp_path, "worker", "worker", "echo", "--connect", endpoint, *BEATS)
         )
-        wait_for_service(endpoint, b"echo")
+        wait_for_service(context, endpoint, b"echo")
         yield endpoint
 
 
-def wait_for_service(endpoint: str, service: bytes) -> None:
+def wait_for_service(context: Context, endpoint: str, service: bytes) -> None:
     """Ask ``mmi.service`` in MDP/0.2 until the worker has registered (at most 10 s)."""
-    context = zmq.Context.instance()
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
         with context.socket(zmq.DEALER) as client:
@@ -94,7 +104,7 @@ def wait_for_service(endpoint: str, service: bytes) -> None:
 
 
 @contextmanager
-def proxy_hop(context: zmq.Context[zmq.Socket[bytes]], upstream: str) -> Iterator[str]:
+def proxy_hop(context: Context, upstream: str) -> Iterator[str]:
     """A real ``zmq.proxy`` (ROUTER front bound on 127.0.0.1, DEALER back to ``upstream``)."""
     front = context.socket(zmq.ROUTER)
     back = context.socket(zmq.DEALER)
@@ -121,39 +131,48 @@ def proxy_hop(context: zmq.Context[zmq.Socket[bytes]], upstream: str) -> Iterato
             sock.close()
 
 
-def mdp01_request(endpoint: str, service: bytes, body: list[bytes]) -> list[bytes]:
+def mdp01_request(
+    context: Context, endpoint: str, service: bytes, body: list[bytes]
+) -> list[bytes]:
     """One MDP/0.1 request from a REQ socket; the reply's frames (REQ strips the delimiter)."""
-    with zmq.Context.instance().socket(zmq.REQ) as client:
+    client: zmq.Socket[bytes]
+    with context.socket(zmq.REQ) as client:
         client.linger = 0
         client.connect(endpoint)
         client.send_multipart([b"MDPC01", service, *body])
         assert client.poll(REPLY_TIMEOUT_MS), "no reply in time"
-        return client.recv_multipart()
+        return list(client.recv_multipart())
 
 
-def test_mdp01_req_client_direct(broker_with_echo: str) -> None:
+def test_mdp01_req_client_direct(broker_with_echo: str, context: Context) -> None:
     """MDP01: a REQ client's request to an MDP/0.2 worker gets its one reply."""
     for number in range(3):
         body = [b"frame one %d" % number, b"", b"frame three"]
-        assert mdp01_request(broker_with_echo, b"echo", body) == [b"MDPC01", b"echo", *body]
+        assert mdp01_request(context, broker_with_echo, b"echo", body) == [
+            b"MDPC01",
+            b"echo",
+            *body,
+        ]
 
 
 @pytest.mark.parametrize("hops", [1, 2])
-def test_mdp01_req_client_behind_proxies(broker_with_echo: str, hops: int) -> None:
+def test_mdp01_req_client_behind_proxies(
+    broker_with_echo: str, context: Context, hops: int
+) -> None:
     """REQREP: each hop's routing id is kept, so the reply finds its way back through them."""
-    context = zmq.Context.instance()
     with ExitStack() as stack:
         endpoint = broker_with_echo
         for _ in range(hops):
             endpoint = stack.enter_context(proxy_hop(context, endpoint))
         for number in range(3):
             body = [b"via %d hops, request %d" % (hops, number)]
-            assert mdp01_request(endpoint, b"echo", body) == [b"MDPC01", b"echo", *body]
+            assert mdp01_request(context, endpoint, b"echo", body) == [b"MDPC01", b"echo", *body]
 
 
-def test_two_req_clients_behind_one_proxy_get_their_own_replies(broker_with_echo: str) -> None:
+def test_two_req_clients_behind_one_proxy_get_their_own_replies(
+    broker_with_echo: str, context: Context
+) -> None:
     """REQREP: two clients share the hop's connection to the broker; replies are not crossed."""
-    context = zmq.Context.instance()
     with proxy_hop(context, broker_with_echo) as endpoint, ExitStack() as stack:
         clients = []
         for _ in range(2):
@@ -168,30 +187,29 @@ def test_two_req_clients_behind_one_proxy_get_their_own_replies(broker_with_echo
             assert sock.recv_multipart() == [b"MDPC01", b"echo", b"from client %d" % index]
 
 
-def test_mdp01_mmi_from_req_client(broker_with_echo: str) -> None:
+def test_mdp01_mmi_from_req_client(broker_with_echo: str, context: Context) -> None:
     """MMI answers an MDP/0.1 REQ client too."""
-    assert mdp01_request(broker_with_echo, b"mmi.service", [b"echo"]) == [
+    assert mdp01_request(context, broker_with_echo, b"mmi.service", [b"echo"]) == [
         b"MDPC01",
         b"mmi.service",
         b"200",
     ]
-    assert mdp01_request(broker_with_echo, b"mmi.service", [b"nobody"]) == [
+    assert mdp01_request(context, broker_with_echo, b"mmi.service", [b"nobody"]) == [
         b"MDPC01",
         b"mmi.service",
         b"404",
     ]
 
 
-def test_mdp01_worker_serves_mdp02_and_mdp01_clients(tmp_path: Path) -> None:
+def test_mdp01_worker_serves_mdp02_and_mdp01_clients(tmp_path: Path, context: Context) -> None:
     """MDP01 worker framing (RFC 7): READY, REQUEST with the client's address, one REPLY."""
-    context = zmq.Context.instance()
     with domo_process(tmp_path, "broker", "broker", "--bind", "tcp://127.0.0.1:0", *BEATS) as b:
         endpoint = broker_endpoint(tmp_path, "broker", b)
         with context.socket(zmq.DEALER) as worker:
             worker.linger = 0
             worker.connect(endpoint)
             worker.send_multipart([b"", b"MDPW01", b"\x01", b"upper01"])
-            wait_for_service(endpoint, b"upper01")
+            wait_for_service(context, endpoint, b"upper01")
             with context.socket(zmq.DEALER) as client02, context.socket(zmq.REQ) as client01:
                 for sock in (client02, client01):
                     sock.linger = 0

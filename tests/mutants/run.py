@@ -161,10 +161,16 @@ def run_one(mutant: Mutant | None) -> Outcome:
             return Outcome(subject, CRASHED, detail, 0.0)
         try:
             result = run_suite(env)
+            records = read_records(records_path)
+            if mutant is not None and verdict_from(result.returncode, records)[0] == CRASHED:
+                # -x stopped at the first failure, a crash; a check further on may still catch
+                # the mutant, so run the whole suite once more before calling it a crash.
+                records_path.unlink(missing_ok=True)
+                result = run_suite(env, stop_at_first=False)
+                records = read_records(records_path)
         except subprocess.TimeoutExpired:
             seconds = time.monotonic() - started
             return Outcome(subject, CRASHED, f"the suite hung (> {TIMEOUT_SECONDS}s)", seconds)
-        records = read_records(records_path)
     seconds = time.monotonic() - started
     if mutant is None:
         lines = [line for line in result.stdout.splitlines() if line.strip()]
@@ -179,14 +185,14 @@ def run_one(mutant: Mutant | None) -> Outcome:
 BASELINE = Mutant("baseline", "-", "-", "", "", "the core as it is")
 
 
-def run_suite(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+def run_suite(env: dict[str, str], stop_at_first: bool = True) -> subprocess.CompletedProcess[str]:
     """Run the core's tests with ``env`` (whose PYTHONPATH points at a mutated copy)."""
     return subprocess.run(
         [
             sys.executable,
             "-m",
             "pytest",
-            "-x",
+            *(["-x"] if stop_at_first else []),
             "-q",
             "-p",
             "no:cacheprovider",
