@@ -24,7 +24,6 @@ from ..cli.conftest import QUICK_BEATS, StartDomo, run_domo
 pytestmark = [
     pytest.mark.io,
     pytest.mark.slow,
-    pytest.mark.xfail(strict=True, reason="majortomo's dialect is not in domo's broker yet"),
 ]
 
 ROOT = Path(__file__).resolve().parents[2]

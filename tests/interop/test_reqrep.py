@@ -25,7 +25,6 @@ import zmq
 
 pytestmark = [
     pytest.mark.io,
-    pytest.mark.xfail(strict=True, reason="MDP/0.1 and REQ envelopes not in domo's broker yet"),
 ]
 
 BEATS = ["--heartbeat-interval", "0.2", "--liveness", "3"]

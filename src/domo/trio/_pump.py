@@ -34,6 +34,7 @@ import trio
 
 from domo.protocol import Broker
 from domo.protocol.events import BrokerEvent, ReconnectRequired
+from domo.protocol.family import FamilyBroker
 from domo.protocol.mdp import BodyFrame
 
 from ._transport import EAGAIN, EHOSTUNREACH, SENT, Connection
@@ -63,7 +64,9 @@ def log_event(logger: logging.Logger, event: object) -> None:
 
 
 async def pump_router(
-    broker: Broker, conn: Connection[BodyFrame], emit: Callable[[Iterable[BrokerEvent]], None]
+    broker: Broker | FamilyBroker,
+    conn: Connection[BodyFrame],
+    emit: Callable[[Iterable[BrokerEvent]], None],
 ) -> None:
     """Run ``broker`` on a bound ROUTER until cancelled (the caller shuts down and closes)."""
     receive = broker.receive
@@ -103,7 +106,7 @@ async def pump_router(
 
 
 def flush_router(
-    broker: Broker,
+    broker: Broker | FamilyBroker,
     conn: Connection[BodyFrame],
     now: float,
     emit: Callable[[Iterable[BrokerEvent]], None],
