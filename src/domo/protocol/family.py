@@ -79,7 +79,10 @@ class FamilyBroker:
         """Handle one message from routing id ``peer``, in whatever dialect it speaks."""
         found = detect(frames)
         if found is None or found[0] is Dialect.MDP02:
-            return self.core.receive(peer, frames, now)  # garbage too: the core says why
+            events = self.core.receive(peer, frames, now)  # garbage too: the core says why
+            if self._routes:  # a worker's FINAL may end a dialect client's request
+                self._note(events)
+            return events
         dialect, hops = found
         envelope = tuple(bytes(frame) for frame in frames[:hops])
         key = peer_key(peer, envelope, dialect)
