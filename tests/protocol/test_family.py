@@ -180,8 +180,9 @@ def test_mdp01_req_client_has_one_request_outstanding() -> None:
 
 
 def test_majortomo_client_and_worker_through_the_broker() -> None:
-    """MAJ-01, MAJ-02, MAJ-03, MAJ-04, MAJ-07: majortomo's worker with its leading empty frame, its client with
-    REQUEST 0x02; replies come back as PARTIAL 0x03 and FINAL 0x04 without a service frame."""
+    """MAJ-01, MAJ-02, MAJ-03, MAJ-04, MAJ-07: majortomo's worker with its leading empty
+    frame, its client with REQUEST 0x02; replies come back as PARTIAL 0x03 and FINAL 0x04
+    without a service frame."""
     broker = FamilyBroker(CONFIG)
     broker.receive(b"MW", [b"", W02, b"\x01", b"echo"], 0.0)
     broker.receive(b"MC", [b"", C02, b"\x02", b"echo", b"hi"], 0.1)
