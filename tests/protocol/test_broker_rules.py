@@ -147,6 +147,21 @@ def test_mmi_service_exact_match_200_404() -> None:
     assert run.out() == [(b"C1", to_client(b"\x03", b"mmi.service", (b"404",)))]
 
 
+def test_mmi_query_in_a_view_is_matched_by_its_bytes() -> None:
+    """MDP-M-01: the query is a body frame, so it may come as a view (MDP-S-03), even of a
+    writable buffer, which cannot be hashed; it is matched by its bytes, and the broker never
+    raises on what a remote peer sent."""
+    run = Run()
+    run.ready(b"W1", b"echo", 0.0)
+    for query, status in ((b"echo", b"200"), (b"nobody", b"404")):
+        view = memoryview(bytearray(query))
+        try:
+            run.send(b"C1", (C, b"\x01", b"mmi.service", view), 0.1)  # type: ignore[arg-type]
+        except Exception as error:
+            pytest.fail(f"the broker raised {error!r} on an mmi.service query given as a view")
+        assert run.out() == [(b"C1", to_client(b"\x03", b"mmi.service", (status,)))], query
+
+
 def test_mmi_other_501_and_never_outstanding() -> None:
     """MDP-M-02: any other mmi.* is 501. MDP-D-21: an mmi request never becomes the client's
     outstanding request, so the next REQUEST is accepted. Only the exact prefix is reserved."""

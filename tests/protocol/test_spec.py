@@ -1,4 +1,7 @@
-"""The spec, the code and the tests agree: specs/mdp-0.2.md is checked, not just written.
+"""The specs, the code and the tests agree: specs/*.md are checked, not just written.
+
+specs/mdp-0.2.md gets every check below; the dialect specs (specs/mdp-0.1.md, majortomo.md,
+reqrep.md, with ids like ``MDP01-05``, ``MAJ-03``, ``REQREP-01``) get the citation checks.
 
 - The transition tables in the spec are exactly what ``domo.spec_tables`` renders from the code.
 - Every rule the spec defines is cited by some test (a rule nobody tests is a rule nobody keeps).
@@ -29,6 +32,29 @@ MUTANTS = TESTS / "mutants"
 RULE_ID = re.compile(r"\bMDP-[A-Z]-\d\d\b")
 RULE_ID_IN_NAME = re.compile(r"\bmdp_([a-z])_(\d\d)(?!\d)", re.IGNORECASE)
 DEFINITION = re.compile(r"^\|\s*(MDP-[A-Z]-\d\d)\s*\|", re.MULTILINE)
+DIALECT_SPECS = {
+    "mdp-0.1.md": "MDP01",
+    "majortomo.md": "MAJ",
+    "reqrep.md": "REQREP",
+}
+DIALECT_RULE_ID = re.compile(r"\b(?:MDP01|MAJ|REQREP)-\d\d\b")
+
+
+def dialect_rules(name: str) -> list[str]:
+    """The rule ids defined (first column of a table row) in one dialect spec."""
+    prefix = DIALECT_SPECS[name]
+    text = (ROOT / "specs" / name).read_text(encoding="utf-8")
+    return re.findall(rf"^\|\s*({prefix}-\d\d)\s*\|", text, re.MULTILINE)
+
+
+def all_test_sources() -> str:
+    """Every test file's text but this one's and the mutants'."""
+    this_file = Path(__file__).resolve()
+    return "\n".join(
+        path.read_text(encoding="utf-8")
+        for path in sorted(TESTS.rglob("*.py"))
+        if path.resolve() != this_file and MUTANTS not in path.parents
+    )
 
 
 def spec_text() -> str:
@@ -102,19 +128,42 @@ def test_code_names_rules() -> None:
     assert len(named) > 30, f"only {len(named)} rule ids found under {SOURCES}"
 
 
+@pytest.mark.parametrize("name", sorted(DIALECT_SPECS))
+def test_every_dialect_rule_is_defined_once_and_cited(name: str) -> None:
+    """MDP01-*, MAJ-*, REQREP-*: each rule of a dialect spec is named by some test."""
+    rules = dialect_rules(name)
+    assert len(rules) >= 5, f"only {len(rules)} rule rows in specs/{name}"
+    assert len(rules) == len(set(rules)), f"a rule id is defined twice in specs/{name}"
+    cited = set(DIALECT_RULE_ID.findall(all_test_sources()))
+    uncited = [rule for rule in rules if rule not in cited]
+    assert not uncited, f"rules of specs/{name} cited by no test: {', '.join(uncited)}"
+
+
+def test_dialect_rule_ids_in_the_code_are_defined() -> None:
+    defined = {rule for name in DIALECT_SPECS for rule in dialect_rules(name)}
+    unknown = [
+        f"{path.relative_to(ROOT)}: {rule}"
+        for path in sorted(SOURCES.rglob("*.py"))
+        for rule in DIALECT_RULE_ID.findall(path.read_text(encoding="utf-8"))
+        if rule not in defined
+    ]
+    assert not unknown, "dialect rule ids named in src/domo but not defined:\n" + "\n".join(unknown)
+
+
 def test_rules_of_planted_bugs_are_defined() -> None:
     """Each mutant of tests/mutants/*.toml names at least one rule, and only defined ones."""
     files = sorted(MUTANTS.glob("*.toml"))
     if not files:
         pytest.skip("no mutant files in tests/mutants")
-    defined = set(defined_rules())
+    defined = set(defined_rules()) | {r for name in DIALECT_SPECS for r in dialect_rules(name)}
     problems: list[str] = []
     for path in files:
         with path.open("rb") as handle:
             mutants = tomllib.load(handle).get("mutant", [])
         for mutant in mutants:
             where = f"{path.name}: mutant {mutant.get('id', '?')}"
-            rules = RULE_ID.findall(str(mutant.get("rule", "")))
+            named = str(mutant.get("rule", ""))
+            rules = RULE_ID.findall(named) + DIALECT_RULE_ID.findall(named)
             if not rules:
                 problems.append(f"{where} names no rule id")
             problems += [f"{where} names {rule}" for rule in rules if rule not in defined]

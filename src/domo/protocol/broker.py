@@ -445,6 +445,10 @@ class Broker:
             return PeerState.IDLE if worker.request is None else PeerState.BUSY
         return PeerState.SILENCED if peer in self._silenced else PeerState.UNKNOWN
 
+    def holds(self, peer: bytes) -> bool:
+        """Whether ``peer`` has an outstanding request here."""
+        return peer in self._clients
+
     def workers(self) -> dict[bytes, WorkerView]:
         """Every registered worker, in order of registration."""
         return {peer: self._worker_view(w) for peer, w in self._workers.items()}

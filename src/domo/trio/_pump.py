@@ -34,6 +34,7 @@ import trio
 from domo.eventlog import log_event
 from domo.protocol import Broker
 from domo.protocol.events import BrokerEvent, ReconnectRequired
+from domo.protocol.family import FamilyBroker
 from domo.protocol.mdp import BodyFrame
 
 from ._transport import EAGAIN, EHOSTUNREACH, SENT, Connection
@@ -46,7 +47,9 @@ E = TypeVar("E")
 
 
 async def pump_router(
-    broker: Broker, conn: Connection[BodyFrame], emit: Callable[[Iterable[BrokerEvent]], None]
+    broker: Broker | FamilyBroker,
+    conn: Connection[BodyFrame],
+    emit: Callable[[Iterable[BrokerEvent]], None],
 ) -> None:
     """Run ``broker`` on a bound ROUTER until cancelled (the caller shuts down and closes)."""
     receive = broker.receive
@@ -86,7 +89,7 @@ async def pump_router(
 
 
 def flush_router(
-    broker: Broker,
+    broker: Broker | FamilyBroker,
     conn: Connection[BodyFrame],
     now: float,
     emit: Callable[[Iterable[BrokerEvent]], None],

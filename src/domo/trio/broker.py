@@ -1,4 +1,7 @@
-"""``serve_broker``: the MDP/0.2 broker core on one ZeroMQ ROUTER, as a Trio task.
+"""``serve_broker``: the broker core on one ZeroMQ ROUTER, as a Trio task.
+
+It serves MDP/0.2 and the other dialects of the family (``domo.protocol.family``): MDP/0.1,
+majortomo's, and clients behind REQ sockets and proxies.
 
 Run it in a nursery; it binds, reports the endpoints it actually bound, and serves until
 cancelled::
@@ -21,8 +24,9 @@ from collections.abc import Callable, Iterable
 import trio
 import zmq
 
-from domo.protocol import Broker, BrokerConfig
+from domo.protocol import BrokerConfig
 from domo.protocol.events import BrokerEvent
+from domo.protocol.family import FamilyBroker
 
 from ._pump import flush_router, log_event, pump_router
 from ._transport import Transport, ZmqTransport
@@ -52,7 +56,7 @@ async def serve_broker(
     """
     if not endpoints:
         raise ValueError("serve_broker needs at least one endpoint")
-    broker = Broker(config)
+    broker = FamilyBroker(config)  # MDP/0.2, and the dialects of domo.protocol.dialects
     net = transport if transport is not None else ZmqTransport(context)
 
     def emit(events: Iterable[BrokerEvent]) -> None:
