@@ -16,7 +16,6 @@ nox.options.reuse_venv = "yes"
 nox.options.sessions = ["lint", "typecheck", "tests"]
 
 
-
 class _NoUvNotice(logging.Filter):
     """Drops nox's "uv binary not found." line: nox probes for uv even when the backend is
     virtualenv, as here, and the line reads like a failure to newcomers. It is harmless: domo's
