@@ -5,6 +5,8 @@ Cases (times are CPU microseconds per operation; see ``_harness.py`` for how the
 - broker request cycle: client REQUEST in, worker REQUEST out, worker FINAL in, client FINAL
   out, through ``Broker.receive`` and ``take_outgoing``, with 100 workers on 10 services and
   16-byte bodies. Our budget on the team's machine is 15 us per cycle.
+- family broker request cycle: the same through ``FamilyBroker`` (what ``serve_broker`` runs),
+  with MDP/0.2 clients, then with MDP/0.1 REQ clients (the dialect layer's cost).
 - broker tick, nothing due: ``tick(now)`` with 10,000 idle workers registered (must not scan).
 - broker heartbeat round: one ``tick`` at which all 10,000 workers are due a HEARTBEAT, then
   ``take_outgoing``; per worker.
@@ -28,6 +30,8 @@ from collections.abc import Callable
 from _harness import Case, measure, parser, report
 
 from domo.protocol import Broker, BrokerConfig, ClientSession, WorkerSession, mdp
+from domo.protocol.dialects import Dialect
+from domo.protocol.family import FamilyBroker, peer_key
 
 BODY = (b"0123456789abcdef",)  # one 16-byte frame
 WORKERS, SERVICES, CLIENTS = 100, 10, 1000
@@ -52,18 +56,34 @@ def _broker_with_workers(count: int) -> Broker:
 # --- broker -----------------------------------------------------------------------------------
 
 
-def broker_cycle(cycles: int) -> Case:
-    """Full request cycles through the broker."""
+def broker_cycle(cycles: int, family: bool = False, dialect: bool = False) -> Case:
+    """Full request cycles through the broker.
+
+    ``family``: through ``FamilyBroker``, as ``serve_broker`` runs it, with MDP/0.2 peers (what
+    the dialect layer costs everyone); ``dialect``: with MDP/0.1 REQ clients instead (what a
+    dialect peer costs: detect, decode, a peer key, encode).
+    """
 
     def setup() -> Callable[[], None]:
-        broker = _broker_with_workers(WORKERS)
+        core = _broker_with_workers(WORKERS)
+        broker: Broker | FamilyBroker = core
+        if family:
+            layered = FamilyBroker(core.config)
+            layered.core = core  # the same registered workers, behind the family layer
+            broker = layered
         plan = []
         for index in range(cycles):
             client = b"client-%04d" % (index % CLIENTS)
-            request = mdp.client_request_frames(_service(index), BODY)
-            final = mdp.worker_final_frames(client, BODY)
+            if dialect:
+                request = [b"", b"MDPC01", _service(index), *BODY]
+                key = peer_key(client, (), Dialect.MDP01)
+            else:
+                request = list(mdp.client_request_frames(_service(index), BODY))
+                key = client
+            final = mdp.worker_final_frames(key, BODY)
             plan.append((client, request, final))
         receive, take = broker.receive, broker.take_outgoing
+        reply_code = b"MDPC01" if dialect else mdp.C_FINAL
 
         def body() -> None:
             now = 1.0
@@ -73,14 +93,17 @@ def broker_cycle(cycles: int) -> Case:
                 [(worker, _)] = take()
                 receive(worker, final, now)
                 [(to, reply)] = take()
-                if to is not client or reply[1] != mdp.C_FINAL:
+                if to != client or reply[1] != reply_code:
                     raise AssertionError(f"unexpected reply {reply!r} to {to!r}")
-            if broker.requests():
+            if core.requests():
                 raise AssertionError("requests left outstanding")
 
         return body
 
-    return Case("broker: request cycle, 100 workers, 10 services", "cycle", cycles, setup)
+    name = "broker: request cycle, 100 workers, 10 services"
+    if family:
+        name = "family broker: request cycle, " + ("MDP/0.1 REQ clients" if dialect else "MDP/0.2")
+    return Case(name, "cycle", cycles, setup)
 
 
 def broker_tick_idle(calls: int) -> Case:
@@ -210,6 +233,8 @@ def cases(quick: bool) -> list[Case]:
     scale = 2_000 if quick else 50_000
     return [
         broker_cycle(scale),
+        broker_cycle(scale, family=True),
+        broker_cycle(scale, family=True, dialect=True),
         broker_tick_idle(scale),
         broker_heartbeat_round(),
         worker_request_final(scale),
