@@ -144,3 +144,46 @@ def test_human_lines_start_with_wall_clock_time() -> None:
     record = logging.LogRecord("domo.broker", logging.INFO, __file__, 1, "%s", ("hi",), None)
     line = eventlog.HumanFormatter().format(record)
     assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} INFO domo\.broker: hi", line)
+
+
+def test_a_flood_of_violations_is_rate_limited_and_counted(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """One peer's junk at line rate: 10 lines per rule per second, then the count left out."""
+    now = [100.0]
+    monkeypatch.setattr(eventlog, "VIOLATIONS", eventlog.ViolationLimiter(clock=lambda: now[0]))
+    stream = io.StringIO()
+    logger = logging.getLogger("domo.test.flood")
+    handler = logging.StreamHandler(stream)
+    logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG)
+
+    def junk(rule: str) -> ProtocolViolation:
+        return ProtocolViolation(peer=W, rule=rule, reason="junk", action="dropped", at=1.0)
+
+    try:
+        for _ in range(1000):
+            eventlog.log_event(logger, junk("MDP-W-08"))
+        eventlog.log_event(logger, junk("MDP-D-01"))  # another rule has its own allowance
+        now[0] += 1.0
+        eventlog.log_event(logger, junk("MDP-W-08"))
+    finally:
+        logger.removeHandler(handler)
+    lines = stream.getvalue().splitlines()
+    assert len(lines) == 12
+    assert sum("MDP-W-08" in line for line in lines) == 11
+    assert lines[10].startswith("ProtocolViolation: peer 006b8b4567 broke MDP-D-01")
+    assert lines[11].endswith(
+        "(and 990 more violations of MDP-W-08 left out of the log in the last 1 s)"
+    )
+    registered = WorkerRegistered(worker=W, service=b"s", at=1.0)
+    assert eventlog.VIOLATIONS.admit("MDP-W-08") == (True, 0)  # others are never limited
+    stream2 = io.StringIO()
+    handler2 = logging.StreamHandler(stream2)
+    logger.addHandler(handler2)
+    try:
+        for _ in range(50):
+            eventlog.log_event(logger, registered)
+    finally:
+        logger.removeHandler(handler2)
+    assert len(stream2.getvalue().splitlines()) == 50

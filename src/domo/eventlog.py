@@ -12,6 +12,8 @@ starts with its name, so ``grep WorkerRegistered`` still works:
   wrong for a remote peer (a broken rule, a request dropped) is WARNING; what happens per request
   or per message (queued, dispatched, completed, expired, re-dispatched) is DEBUG, so a busy or
   misconfigured system does not flood the log.
+- Violations are rate-limited per rule id (``ViolationLimiter``): a peer flooding garbage writes
+  a few lines a second, and the count of those left out.
 - ``JsonFormatter`` writes one JSON object per line for machines: ``time`` (ISO 8601, UTC),
   ``level``, ``logger``, ``message``, and for an event its ``event`` name and fields.
 
@@ -25,13 +27,16 @@ import datetime
 import json
 import logging
 import sys
+import time
 from collections.abc import Callable
 from typing import IO, Any, Final
 
 __all__ = [
     "LOG_FORMATS",
+    "VIOLATIONS",
     "HumanFormatter",
     "JsonFormatter",
+    "ViolationLimiter",
     "configure",
     "describe",
     "level_of",
@@ -68,10 +73,64 @@ def level_of(event: object) -> int:
 
 
 def log_event(logger: logging.Logger, event: object) -> None:
-    """Log ``event`` on ``logger`` at its level: a readable line, the event kept on the record."""
+    """Log ``event`` on ``logger`` at its level: a readable line, the event kept on the record.
+
+    Violations by remote peers are rate-limited (``ViolationLimiter``): a flood of garbage must
+    not flood the log, and what was left out is counted in the next line that is written.
+    """
     level = level_of(event)
-    if logger.isEnabledFor(level):
-        logger.log(level, "%s", _Described(event), extra={EVENT_ATTRIBUTE: event})
+    if not logger.isEnabledFor(level):
+        return
+    if type(event).__name__ == "ProtocolViolation":
+        allowed, suppressed = VIOLATIONS.admit(getattr(event, "rule", "?"))
+        if not allowed:
+            return
+        if suppressed:
+            logger.log(
+                level,
+                "%s (and %d more violations of %s left out of the log in the last %g s)",
+                _Described(event),
+                suppressed,
+                getattr(event, "rule", "?"),
+                VIOLATIONS.window,
+                extra={EVENT_ATTRIBUTE: event, "suppressed": suppressed},
+            )
+            return
+    logger.log(level, "%s", _Described(event), extra={EVENT_ATTRIBUTE: event})
+
+
+class ViolationLimiter:
+    """At most ``burst`` log lines per rule id in each ``window`` seconds; the rest counted.
+
+    One remote peer sending junk at line rate wrote 9,487 WARNING lines in a second before; with
+    this, each rule writes ``burst`` lines a window, and the first line of the next window says
+    how many were left out. ``clock`` is injectable for tests.
+    """
+
+    def __init__(
+        self, burst: int = 10, window: float = 1.0, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.burst = burst
+        self.window = window
+        self._clock = clock
+        self._windows: dict[str, list[float | int]] = {}  # rule -> [window start, logged, left]
+
+    def admit(self, rule: str) -> tuple[bool, int]:
+        """Whether to log this violation now, and how many of its rule were left out before."""
+        now = self._clock()
+        state = self._windows.get(rule)
+        if state is None or now - state[0] >= self.window:
+            left_out = int(state[2]) if state is not None else 0
+            self._windows[rule] = [now, 1, 0]
+            return True, left_out
+        if state[1] < self.burst:
+            state[1] = int(state[1]) + 1
+            return True, 0
+        state[2] = int(state[2]) + 1
+        return False, 0
+
+
+VIOLATIONS = ViolationLimiter()  # one per process: the log is one per process too
 
 
 class _Described:
@@ -226,6 +285,9 @@ class JsonFormatter(logging.Formatter):
             for field in dataclasses.fields(event):
                 if field.name != "at":
                     out[field.name] = _jsonable(getattr(event, field.name))
+        suppressed = getattr(record, "suppressed", None)
+        if suppressed is not None:
+            out["suppressed"] = suppressed
         if record.exc_info:
             out["traceback"] = self.formatException(record.exc_info)
         return json.dumps(out)
