@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from .broker import Broker, BrokerConfig, PeerState, WorkerView
-from .dialects import Dialect, decode, detect, encode
+from .dialects import MDPC02, MDPW02, Dialect, decode, detect, encode
 from .events import (
     BrokerEvent,
     MmiReplied,
@@ -77,7 +77,8 @@ class FamilyBroker:
 
     def receive(self, peer: bytes, frames: Sequence[BodyFrame], now: float) -> list[BrokerEvent]:
         """Handle one message from routing id ``peer``, in whatever dialect it speaks."""
-        found = detect(frames)
+        first = frames[0] if frames else None
+        found = None if first in (MDPC02, MDPW02) else detect(frames)  # hot path first
         if found is None or found[0] is Dialect.MDP02:
             events = self.core.receive(peer, frames, now)  # garbage too: the core says why
             if self._routes:  # a worker's FINAL may end a dialect client's request
