@@ -25,7 +25,17 @@ from enum import Enum
 
 from .mdp import BodyFrame, Relayed
 
-__all__ = ["MAX_HOPS", "MDPC01", "MDPC02", "MDPW01", "MDPW02", "Dialect", "decode", "detect", "encode"]
+__all__ = [
+    "MAX_HOPS",
+    "MDPC01",
+    "MDPC02",
+    "MDPW01",
+    "MDPW02",
+    "Dialect",
+    "decode",
+    "detect",
+    "encode",
+]
 
 MDPC02, MDPW02, MDPC01, MDPW01 = b"MDPC02", b"MDPW02", b"MDPC01", b"MDPW01"
 MAX_HOPS = 16  # envelope frames looked at before a message is taken for garbage (REQREP-03)
