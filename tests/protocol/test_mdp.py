@@ -426,3 +426,22 @@ def test_validate_returns_the_command_code(command: Command) -> None:
         assert mdp.validate_client(frames) == frames[1]
     else:
         assert mdp.validate_worker(frames) == frames[1]
+
+
+@pytest.mark.parametrize(
+    ("frames", "index"),
+    [
+        ([memoryview(b"MDPC02"), b"\x01", b"echo", b"x"], 0),
+        ([b"MDPC02", memoryview(b"\x01"), b"echo", b"x"], 1),
+        ([memoryview(b"MDPW02"), b"\x05"], 0),
+        ([b"MDPW02", memoryview(b"\x05")], 1),
+    ],
+)
+def test_header_and_command_frames_must_be_bytes(frames: list[mdp.BodyFrame], index: int) -> None:
+    """MDP-W-08: only a body frame may be a view; a header or command frame that is one makes
+    the message malformed, for clients and workers alike (named by its index)."""
+    validate = mdp.validate_client if frames[0] == mdp.CLIENT_HEADER else mdp.validate_worker
+    with pytest.raises(MalformedMessage) as error:
+        validate(frames)
+    assert error.value.rule == "MDP-W-08"
+    assert f"frame {index} is " in str(error.value)
