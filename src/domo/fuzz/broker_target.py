@@ -35,6 +35,7 @@ says which it made (``dispatch="lru"``: MDP-A-04).
 from __future__ import annotations
 
 import itertools
+import secrets
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -195,7 +196,9 @@ class BrokerRun:
     endpoint: str
     timing: Timing
     context: zmq.Context[zmq.Socket[bytes]] = field(default_factory=zmq.Context)
-    run_id: int = field(default_factory=lambda: next(_RUN_IDS))
+    # Unique across processes too: two runs against one broker must not share a routing id or
+    # a service name, or the second would meet the first's leftover requests.
+    run_id: str = field(default_factory=lambda: f"{secrets.token_hex(3)}{next(_RUN_IDS)}")
     examples: int = 0
     dispatch: str | None = None  # "lru": the target says it follows MDP-A-04's LRU choice
     mmi: bool = True  # judge MMI answers (MDP-M-01, MDP-M-02)

@@ -187,7 +187,12 @@ def fuzz(options: FuzzOptions, progress: TextIO | None = sys.stderr) -> FuzzResu
     seed = options.seed if options.seed is not None else random.SystemRandom().randrange(2**32)
     options = replace(options, seed=seed)
     run = open_run(options)
-    result = FuzzResult(seed=seed, judged=JUDGED_RULES[options.target])
+    # MDP-A-04 is a MAY: judged only when the target says which choice it made; the MMI rules
+    # only when it implements MMI.
+    skipped = {"MDP-A-04"} if options.dispatch is None else set()
+    skipped |= set() if options.mmi else {"MDP-M-01", "MDP-M-02"}
+    judged = tuple(rule for rule in JUDGED_RULES[options.target] if rule not in skipped)
+    result = FuzzResult(seed=seed, judged=judged)
     start = time.monotonic()
     if progress is not None:
         progress.write(f"domo fuzz: seed {seed} (--seed {seed} repeats this search)\n")
