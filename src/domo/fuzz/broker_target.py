@@ -124,11 +124,13 @@ class NeverServed(Unreachable):
 
 
 class TargetDied(Exception):
-    """The target stopped serving during a scenario; ``violation`` says which rule that breaks."""
+    """The target stopped serving during a scenario; ``violation`` says which rule that breaks,
+    ``seen`` what the scenario found before."""
 
-    def __init__(self, violation: Violation) -> None:
+    def __init__(self, violation: Violation, seen: Sequence[Violation] = ()) -> None:
         super().__init__(violation.explanation)
         self.violation = violation
+        self.seen = list(seen)
 
 
 @dataclass
@@ -420,7 +422,7 @@ class _Scenario:
                     if self.had_garbage
                     else "the broker no longer serves a fresh worker and client"
                 )
-                raise TargetDied(Violation(rule, why))
+                raise TargetDied(Violation(rule, why), self.violations)
             return self.violations
         finally:
             self.run.coverage.update(self.exercised)

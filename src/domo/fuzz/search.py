@@ -246,8 +246,12 @@ def fuzz(options: FuzzOptions, progress: TextIO | None = sys.stderr) -> FuzzResu
                     seen = run.run(steps)
                 except TargetDied as dead:
                     died.append((dead.violation, list(steps)))
-                    failing[tuple(steps)] = [dead.violation]
-                    first_seen.setdefault(dead.violation.rule, time.monotonic() - start)
+                    failing[tuple(steps)] = [
+                        *(v for v in dead.seen if v.rule not in found),
+                        dead.violation,
+                    ]
+                    for v in failing[tuple(steps)]:
+                        first_seen.setdefault(v.rule, time.monotonic() - start)
                     return True
                 _show(progress, run.examples, elapsed, found, options)
                 for v in seen:
@@ -277,10 +281,13 @@ def fuzz(options: FuzzOptions, progress: TextIO | None = sys.stderr) -> FuzzResu
                     raise
                 steps = list(sorted(failing.keys(), key=len)[0])
             if died:
-                violation, steps = died[0]
-                result.findings.append(
-                    _finding(options, violation, steps, first_seen.get(violation.rule))
-                )
+                _, steps = died[0]
+                for violation in failing.get(tuple(steps), []):
+                    if violation.rule not in found:
+                        found.add(violation.rule)
+                        result.findings.append(
+                            _finding(options, violation, steps, first_seen.get(violation.rule))
+                        )
                 break
             for violation in failing.get(tuple(steps), []):
                 if violation.rule not in found:
@@ -332,7 +339,7 @@ def replay_file(
         try:
             return seen + run.run(replay.steps)
         except TargetDied as dead:
-            return [*seen, dead.violation]
+            return [*seen, *dead.seen, dead.violation]
     finally:
         run.close()
 
