@@ -51,6 +51,9 @@ __all__ = [
 ]
 
 
+_ROUND = 25  # scenarios per round of the search at most
+
+
 class _Run(Protocol):
     """What the search needs of a target: one of BrokerRun, WorkerRun, ClientRun."""
 
@@ -88,6 +91,7 @@ class FuzzOptions:
     # ("lru": the worker idle longest gets the next request); None: not judged.
     dispatch: str | None = None
     mmi: bool = True  # judge the MMI answers (MDP-M-01, MDP-M-02): the target implements RFC 8
+    stop_after: tuple[str, ...] = ()  # stop once one of these rules is found (measurements)
 
 
 @dataclass(frozen=True, slots=True)
@@ -267,7 +271,9 @@ def fuzz(options: FuzzOptions, progress: TextIO | None = sys.stderr) -> FuzzResu
                     breaks_new_rule,
                     settings=settings(
                         database=None,
-                        max_examples=max(1, options.examples - run.examples),
+                        # Rounds of a bounded size: once the budget is spent, Hypothesis
+                        # would otherwise go on drawing the rest of max_examples for nothing.
+                        max_examples=max(1, min(_ROUND, options.examples - run.examples)),
                         deadline=None,
                         suppress_health_check=list(HealthCheck),
                         phases=[Phase.generate, Phase.shrink],
@@ -275,7 +281,9 @@ def fuzz(options: FuzzOptions, progress: TextIO | None = sys.stderr) -> FuzzResu
                     random=rng,
                 )
             except NoSuchExample:
-                break
+                if stop or died or run.examples >= options.examples:
+                    break
+                continue
             except Exception:
                 if not failing:
                     raise
@@ -296,6 +304,8 @@ def fuzz(options: FuzzOptions, progress: TextIO | None = sys.stderr) -> FuzzResu
                         _finding(options, violation, steps, first_seen.get(violation.rule))
                     )
             if stop or not failing or (options.first and result.findings):
+                break
+            if found & set(options.stop_after):
                 break
     finally:
         run.close()
