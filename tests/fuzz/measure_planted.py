@@ -20,6 +20,7 @@ import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
+from typing import cast
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent.parent))
@@ -159,8 +160,8 @@ def main() -> int:
     print("| --- | --- | --- | --- | --- | --- |")
     for r in planted:
         when = f"{r['seconds']:.1f} s" if r["found"] else "**missed**"
-        others = "; ".join(str(o) for o in r["others"])  # type: ignore[union-attr]
-        rules = " or ".join(r["rules"])  # type: ignore[arg-type]
+        others = "; ".join(cast(list[str], r["others"]))
+        rules = " or ".join(cast(tuple[str, ...], r["rules"]))
         print(f"| {r['role']} | {r['flaw']} | {rules} | {when} | {r['examples']} | {others} |")
     dirty = [r for r in results if r["flaw"] == "domo" and r["others"]]
     clean = len([r for r in results if r["flaw"] == "domo"]) - len(dirty)

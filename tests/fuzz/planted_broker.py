@@ -25,7 +25,8 @@ the endpoint on stdout and serves until killed. FLAW is one of:
 - ``heartbeat-expired``: keeps heartbeating workers it has expired (MDP-H-07);
 - ``mmi-404-for-busy``: ``mmi.service`` says 404 while every worker of the service is busy
   (MDP-M-01);
-- ``mmi-unknown-404``: an unknown ``mmi.*`` service gets 404, not 501 (MDP-M-02).
+- ``mmi-unknown-404``: an unknown ``mmi.*`` service gets 404, not 501 (MDP-M-02);
+- ``register-mmi-ready``: registers a worker's READY for a reserved ``mmi.*`` name (MDP-D-14).
 """
 
 from __future__ import annotations
@@ -124,6 +125,8 @@ def main() -> None:
             if isinstance(command, mdp.WorkerDisconnect):
                 gone.add(peer)
             if isinstance(command, mdp.WorkerReady):
+                if flaw == "register-mmi-ready" and command.service.startswith(b"mmi."):
+                    frames = [*frames[:2], b"as-" + command.service]  # the core would refuse it
                 service_of[peer] = command.service
                 last_heard[peer] = now
                 registered.add(peer)

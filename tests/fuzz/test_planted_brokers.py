@@ -46,6 +46,7 @@ DIRECT: dict[str, tuple[str, list[Step]]] = {
         [S("ready"), S("request"), S("wait", 0, 2), S("mmi", 1, 0), S("wait", 0, 2)],
     ),
     "mmi-unknown-404": ("MDP-M-02", [S("mmi", 0, 3), S("wait", 0, 2)]),
+    "register-mmi-ready": ("MDP-D-14", [S("ready", 0, 2), S("wait", 0, 8)]),
     "busy-dispatch": (
         "MDP-A-06",
         [S("ready"), S("request"), S("request", 1), S("wait", 0, 2)],

@@ -556,6 +556,13 @@ class _Scenario:
             self.pump(time.monotonic() + 0.005)
             live = True
         match step.kind:
+            case "ready" if step.arg == SERVICES:
+                # READY for a name the broker reserves for MMI (MDP-D-14): refused with DISCONNECT.
+                if self.run.mmi:
+                    self.fresh_socket(w)
+                    w.service = f"mmi.fz.{self.run.run_id}.{self.tag}".encode()
+                    self.send(w, mdp.worker_ready_frames(w.service))
+                    self.expect_disconnect(w, "MDP-D-14")
             case "ready":
                 if not w.registered or not live:
                     self.fresh_socket(w)

@@ -100,7 +100,7 @@ STRAY_REPLIES: Final = (
 
 # kind -> (which actor it uses, what ``arg`` means)
 KINDS: Final[dict[str, tuple[str, str]]] = {
-    "ready": ("worker", "service index"),
+    "ready": ("worker", "service index (SERVICES: a reserved mmi.* name)"),
     "request": ("client", "service index (arg % 2), body (arg // 2 indexes BODIES)"),
     "second-request": ("client", "service index; a second REQUEST on the same socket"),
     "mmi": ("client", "index into MMI_QUERIES"),
@@ -254,6 +254,7 @@ JUDGED_RULES: Final[dict[str, tuple[str, ...]]] = {
         "MDP-C-10",
         "MDP-D-10",
         "MDP-D-13",
+        "MDP-D-14",
         "MDP-H-04",
         "MDP-H-05",
         "MDP-H-07",
@@ -308,8 +309,10 @@ def describe(step: Step, target: str = "broker") -> str:
 def _describe_broker_step(step: Step) -> str:
     w, c = f"w{step.actor}", f"c{step.actor}"
     match step.kind:
+        case "ready" if step.arg == SERVICES:
+            return f"{w}: connect a new socket, READY for a reserved mmi.* name"
         case "ready":
-            return f"{w}: connect a new socket, READY s{step.arg}"
+            return f"{w}: connect a new socket, READY s{step.arg % SERVICES}"
         case "request":
             body = BODIES[step.arg // SERVICES % len(BODIES)][0]
             return (
@@ -415,7 +418,7 @@ def _broker_step(kind: str) -> st.SearchStrategy[Step]:
     # busy workers and their requests need a worker and requests on one service.
     service = st.sampled_from((0, 0, 0, *range(1, SERVICES)))
     argument = {
-        "ready": service,
+        "ready": st.sampled_from((0, 0, 0, *range(1, SERVICES), SERVICES)),
         "request": st.builds(
             lambda svc, body: svc + SERVICES * body,
             service,
