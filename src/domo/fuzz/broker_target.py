@@ -150,6 +150,7 @@ class _Worker:
     muted_until: float = 0.0
     gap_reported: bool = False
     idle_since: float = 0.0  # when it last became idle (READY or FINAL sent)
+    ready_at: float = 0.0  # when it sent READY
     last_beat: float | None = None  # the last message from the broker while it was live
     disconnect_rule: str = "MDP-W-15"  # the rule a missing DISCONNECT breaks
     lost_request: tuple[bytes, int] | None = None  # what it held when it was lost (a zombie's)
@@ -162,6 +163,7 @@ class _Client:
     seq: int = 0
     outstanding: tuple[bytes, int] | None = None  # (service, seq)
     mmi: tuple[frozenset[bytes], float, str] | None = None  # answers allowed, due by, rule
+    other_seq: int | None = None  # a second REQUEST on this socket: its reply may come instead
 
 
 @dataclass
@@ -342,6 +344,10 @@ class _Scenario:
         self.ever_served: set[bytes] = set()  # services some worker sent READY for
         self.exercised: set[str] = set()
         self.beat_gaps: list[float] = []
+        # service -> until when the broker may still hold a worker of it that the fuzzer has
+        # left without a certain unregistration (after malformed messages, MDP-W-16 is only a
+        # SHOULD): a request may go to it unseen, so no dispatch is required until then.
+        self.unsure: dict[bytes, float] = {}
 
     # --- bookkeeping -----------------------------------------------------------------------
 
@@ -454,7 +460,7 @@ class _Scenario:
         self.sockets_made += 1
         c.address = f"{self.prefix}-c{actor}-{self.sockets_made}".encode()
         c.sock = self.run._socket(c.address)
-        c.outstanding = None
+        c.outstanding = c.other_seq = None
         c.mmi = None
         for token, (_, rule, _) in list(self.due.items()):
             if rule == "MDP-R-01" and self.tokens[token].client != c.address:
@@ -488,6 +494,7 @@ class _Scenario:
         self.requests[(c.address, c.seq)] = _Request(
             service, body, time.monotonic(), required=False, sibling=first
         )
+        c.other_seq = c.seq
         if first in self.requests:
             self.requests[first].required = False
             self.requests[first].sibling = (c.address, c.seq)
@@ -510,8 +517,13 @@ class _Scenario:
             name, allowed = f"fz.{self.run.run_id}.{self.tag}.nobody".encode(), {b"404"}
         else:
             name = self.services[which]
-            settled = [w for w in self.live_workers_of(name) if now - w.idle_since > 0.0]
-            if any(now - w.last_heard < self.t.dead_after for w in settled) and settled:
+            settled = [
+                w
+                for w in self.live_workers_of(name)
+                if now - w.ready_at > self.t.forward_window
+                and now - w.last_heard < self.t.dead_after
+            ]
+            if settled:
                 allowed = {b"200"}  # a live worker serves it (idle or busy)
             elif name not in self.ever_served:
                 allowed = {b"404"}
@@ -569,7 +581,7 @@ class _Scenario:
                     w.service = self.services[step.arg % SERVICES]
                     self.send(w, mdp.worker_ready_frames(w.service))
                     w.registered = True
-                    w.idle_since = time.monotonic()
+                    w.idle_since = w.ready_at = time.monotonic()
                     self.ever_served.add(w.service)
                     self.arm("MDP-H-04", "MDP-H-05")
             case "reply":
@@ -614,6 +626,7 @@ class _Scenario:
                     self.send_reply(w, mdp.W_FINAL, late=late)
                     w.holding = None
                     self.arm("MDP-D-10")
+                    self.unsure[w.service] = time.monotonic() + self.t.dead_after
                     self.retire(w)  # a zombie: whatever the broker says to it now is allowed
             case "pause":
                 if live and w.registered:
@@ -634,6 +647,8 @@ class _Scenario:
                 # The broker may treat this peer as invalid from now on; its request certainly
                 # goes back once the broker has expired it.
                 self.lose(w, w.last_sent + self.t.dead_after)
+                if w.service:
+                    self.unsure[w.service] = w.last_sent + self.t.dead_after
                 self.retire(w)
 
     def unexpected(self, w: _Worker, live: bool, which: int) -> None:
@@ -811,6 +826,8 @@ class _Scenario:
         for key, r in self.requests.items():
             if r.state != "queued" or not r.required or now < r.queued_since + window:
                 continue
+            if now < self.unsure.get(r.service, 0.0) + window:
+                continue
             idle = [
                 w
                 for w in self.live_workers_of(r.service)
@@ -978,16 +995,20 @@ class _Scenario:
                 f"client got a FINAL that a worker sent after {self.t.dead_after:.2f} s of "
                 "silence, when it was already expired",
             )
-        elif c.outstanding is None or c.outstanding[1] != origin.seq:
+        elif c.outstanding is None or origin.seq not in (c.outstanding[1], c.other_seq):
             self.flag("MDP-C-06", f"client got a {kind} with no request outstanding")
             return
-        elif command.service != c.outstanding[0]:
+        elif command.service != (expected := self.service_of(origin, c.outstanding[0])):
             self.flag(
                 "MDP-R-01",
-                f"client got a {kind} naming service {command.service!r}, not {c.outstanding[0]!r}",
+                f"client got a {kind} naming service {command.service!r}, not {expected!r}",
             )
         if kind == "FINAL":
-            c.outstanding = None
+            c.outstanding = c.other_seq = None
+
+    def service_of(self, origin: _Token, default: bytes) -> bytes:
+        r = self.requests.get((origin.client, origin.seq))
+        return default if r is None else r.service
 
 
 def owner_sock_has(sock: zmq.Socket[bytes]) -> bool:
