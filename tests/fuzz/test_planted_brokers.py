@@ -43,7 +43,7 @@ DIRECT: dict[str, tuple[str, list[Step]]] = {
     "heartbeat-expired": ("MDP-H-07", [S("ready"), S("die"), S("wait", 0, 8), S("wait", 0, 4)]),
     "mmi-404-for-busy": (
         "MDP-M-01",
-        [S("ready"), S("request"), S("wait", 0, 2), S("mmi", 1, 0), S("wait", 0, 2)],
+        [S("ready"), S("request"), S("wait", 0, 6), S("wait", 0, 4), S("mmi", 1, 0)],
     ),
     "mmi-unknown-404": ("MDP-M-02", [S("mmi", 0, 3), S("wait", 0, 2)]),
     "register-mmi-ready": ("MDP-D-14", [S("ready", 0, 2), S("wait", 0, 8)]),
