@@ -549,10 +549,11 @@ class _Scenario:
                 self.mmi(c, step.actor, step.arg % len(MMI_QUERIES))
             return
         w = self.workers[step.actor % len(self.workers)]
-        if step.kind == "die" and step.arg == 1:
-            holders = [x for x in self.workers if x.holding is not None and self.beats(x)]
-            if holders:
-                w = holders[0]
+        holders = [x for x in self.workers if x.holding is not None and self.beats(x)]
+        if holders and ((step.kind == "die" and step.arg == 1) or step.kind == "reply"):
+            # The holder dies, or replies: a reply from a worker that holds nothing would do
+            # nothing, and which worker got the request is the broker's choice.
+            w = w if w in holders else holders[0]
         actor = self.workers.index(w)
         live = w.sock is not None and not w.dead and w.disconnected_at is None
         needs_ready = (
@@ -914,8 +915,7 @@ class _Scenario:
                 "MDP-S-03",
                 f"{w.name} got a REQUEST whose body (frames of {sizes} bytes) no client sent",
             )
-            return
-        key, r = match[-1]
+        key, r = (match or known)[-1]  # altered, it is still that client's request
         if r.service != w.service and w.expect_disconnect_by is None:
             self.flag(
                 "MDP-C-09", f"{w.name} serves {w.service!r} but got a request for {r.service!r}"

@@ -329,7 +329,10 @@ def _describe_broker_step(step: Step) -> str:
             return f"{c}: REQUEST {query} (on a new socket if it still waits for a reply)"
         case "reply":
             extra = REPLY_BODIES[step.arg // 3 % len(REPLY_BODIES)][0]
-            return f"{w}: {step.arg % 3} PARTIAL then FINAL{extra} to the request it holds"
+            return (
+                f"{w} (or the worker holding a request if it holds none): {step.arg % 3} PARTIAL "
+                f"then FINAL{extra} to the request it holds"
+            )
         case "stray-reply":
             return f"{w}: {STRAY_REPLIES[step.arg % len(STRAY_REPLIES)]}"
         case "heartbeat":
