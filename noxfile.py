@@ -73,6 +73,14 @@ def mutants(session: nox.Session) -> None:
 
 
 @nox.session
+def fuzz_planted(session: nox.Session) -> None:
+    """`domo fuzz` against every planted broker, worker and client (60 s each) and domo's own
+    peers over 10 seeds: the find rate and the control runs of docs/fuzz.md."""
+    session.install("-e", ".", *group("test"))
+    session.run("python", "tests/fuzz/measure_planted.py", *session.posargs)
+
+
+@nox.session
 def stateful_long(session: nox.Session) -> None:
     """The Hypothesis state machines of the core with the ``long`` profile."""
     session.install("-e", ".", *group("test"))

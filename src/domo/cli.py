@@ -595,9 +595,22 @@ def _add_fuzz(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
     sub.add_argument(
         "--seed",
         type=_count,
-        default=0,
+        default=None,
         metavar="N",
-        help="seed of the search; the same seed repeats a run (default: %(default)s)",
+        help="seed of the search; the same seed repeats a run (default: a fresh one, printed)",
+    )
+    sub.add_argument(
+        "--dispatch",
+        choices=["lru"],
+        default=None,
+        help="the broker's choice of worker where MDP-A-04 leaves it open, to be judged too "
+        "(lru: the worker idle the longest gets the next request; default: not judged)",
+    )
+    sub.add_argument(
+        "--no-mmi",
+        dest="mmi",
+        action="store_false",
+        help="the broker does not implement MMI (RFC 8): do not send or judge mmi.* requests",
     )
     sub.add_argument(
         "--first",
@@ -641,9 +654,9 @@ async def _fuzz(args: argparse.Namespace) -> int:
     try:
         from domo import fuzz
     except ImportError as error:
-        print(f"domo fuzz needs hypothesis (pip install 'domo[fuzz]'): {error}", file=sys.stderr)
+        print(f"domo fuzz: needs hypothesis (pip install 'domo[fuzz]'): {error}", file=sys.stderr)
         return EXIT_USAGE
-    if args.heartbeat_interval > 0.5:
+    if args.heartbeat_interval > 0.5 and args.replay is None:  # a replay uses its file's
         print(
             f"domo fuzz: heartbeat interval {args.heartbeat_interval} s makes every scenario slow; "
             "give the peer e.g. --heartbeat-interval 0.1 and pass the same here",
@@ -661,6 +674,8 @@ async def _fuzz(args: argparse.Namespace) -> int:
         seed=args.seed,
         findings_dir=args.findings_dir,
         first=args.first,
+        dispatch=args.dispatch,
+        mmi=args.mmi,
     )
     try:
         if args.replay is not None:
@@ -698,12 +713,21 @@ async def _fuzz(args: argparse.Namespace) -> int:
         print(f"domo fuzz: {error}", file=sys.stderr)
         return EXIT_ENDPOINT
     for finding in result.findings:
-        print(fuzz.format_finding(finding, options.target))
+        if finding.violation.explanation == result.never_served:
+            continue  # said once, below (the intervals differ)
+        print(fuzz.format_finding(finding, options.target, options.endpoint, options.command))
     if result.never_served:
         print(f"domo fuzz: no scenario could run: {result.never_served}")
+    else:
+        print(fuzz.format_coverage(result))
     print(
-        f"domo fuzz: {options.target}: {result.examples} scenarios in {result.seconds:.1f} s; "
-        f"{len(result.findings)} rule(s) broken: {', '.join(result.rules) or 'none'}"
+        f"domo fuzz: {options.target}: {result.examples} scenarios in {result.seconds:.1f} s "
+        f"({result.scenarios_per_second:.1f}/s), seed {result.seed}; "
+        f"{len(result.findings)} rule(s) broken: "
+        + (
+            ", ".join(f"{f.violation.rule} after {f.seconds or 0:.1f} s" for f in result.findings)
+            or "none"
+        )
     )
     return EXIT_FINDINGS if result.findings else EXIT_OK
 

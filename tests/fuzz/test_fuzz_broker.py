@@ -53,30 +53,37 @@ def test_domo_broker_conforms(start_broker: Callable[[list[str]], str], tmp_path
             "error",
         ]
     )
-    result = fuzz_broker(_options(endpoint, tmp_path, examples=12), progress=None)
+    # domo's broker gives a request to the worker idle the longest: judged too (MDP-A-04).
+    options = _options(endpoint, tmp_path, examples=12, dispatch="lru")
+    result = fuzz_broker(options, progress=None)
     assert result.examples >= 1
     assert result.findings == []
+    assert "MDP-A-04" in result.judged
 
 
-# Each flaw with a seed whose search finds it: the search is real time, so not every seed finds
-# every flaw within a CI-sized budget (see docs/fuzz.md for the rates measured); the seed makes
-# the generated scenarios the same from run to run, and the budget is twice what it needed here.
+# The search, as CI runs it on a bounded subset of the planted suite (the whole suite, 60 s each:
+# `nox -s fuzz_planted`, docs/fuzz.md). Seed 1 is the seed of that measurement; the search stops
+# as soon as it names the rule, and the budget is several times what it needed there. The search
+# runs in real time, so only plants it finds within seconds are here; every plant's misbehaviour
+# is checked directly, on a fixed scenario, in test_planted_brokers.py.
 @pytest.mark.parametrize(
     ("flaw", "rule", "seed"),
     [
         ("no-heartbeat", "MDP-H-04", 1),
+        ("slow-heartbeat", "MDP-H-04", 1),
         ("ignore-disconnect", "MDP-W-13", 1),
         ("die-on-garbage", "MDP-W-16", 1),
         ("early-expiry", "MDP-H-05", 1),
-        ("busy-dispatch", "MDP-A-06", 2),
-        ("late-final", "MDP-D-10", 2),
+        ("no-disconnect-on-unexpected", "MDP-W-15", 1),
     ],
 )
 def test_planted_broker_is_caught(
     planted: Callable[[str], str], tmp_path: Path, flaw: str, rule: str, seed: int
 ) -> None:
     endpoint = planted(flaw)
-    options = _options(endpoint, tmp_path, seed=seed, time_budget=20.0, first=True)
+    options = _options(
+        endpoint, tmp_path, seed=seed, time_budget=30.0, examples=1000, stop_after=(rule,)
+    )
     result = fuzz_broker(options, progress=None)
     assert rule in result.rules, [str(f.violation) for f in result.findings]
     finding = next(f for f in result.findings if f.violation.rule == rule)
@@ -103,36 +110,3 @@ def test_control_planted_broker_conforms(planted: Callable[[str], str], tmp_path
     """The planted-broker harness with no flaw is clean, so the flaws alone are caught."""
     result = fuzz_broker(_options(planted("none"), tmp_path, examples=10), progress=None)
     assert result.findings == []
-
-
-# The checks behind the two flaws the search finds least often, on the short scenario that
-# shows each: the rule is named exactly, and the unflawed broker passes the same steps.
-@pytest.mark.parametrize(
-    ("flaw", "rule", "steps"),
-    [
-        (
-            "busy-dispatch",
-            "MDP-A-06",
-            [Step("ready", 0, 0), Step("request", 0, 0), Step("request", 1, 0), Step("wait", 0, 2)],
-        ),
-        (
-            "late-final",
-            "MDP-D-10",
-            [
-                Step("ready", 0, 0),
-                Step("request", 0, 0),
-                Step("die", 0),
-                Step("wait", 0, 6),
-                Step("wait", 0, 6),
-                Step("late-final", 0),
-                Step("wait", 0, 2),
-            ],
-        ),
-    ],
-)
-def test_planted_broker_scenario(
-    planted: Callable[[str], str], flaw: str, rule: str, steps: list[Step]
-) -> None:
-    replay = Replay("broker", INTERVAL, LIVENESS, steps)
-    assert rule in [v.rule for v in replay_broker(planted(flaw), replay)]
-    assert replay_broker(planted("none"), replay) == []

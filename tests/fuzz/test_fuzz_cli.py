@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import re
 import subprocess
 import sys
 from collections.abc import Callable
@@ -74,7 +76,10 @@ def test_worker_target_with_exec_finds_and_replays(tmp_path: Path) -> None:
     assert "MDP-R-01:" in found.stdout
     assert "domo fuzz: worker:" in found.stdout
     replay_file = tmp_path / "worker-MDP-R-01.json"
-    assert f"replay: domo fuzz --replay {replay_file} ENDPOINT [--exec CMD]" in found.stdout
+    # The hint names the endpoint and command the run used, ready to paste.
+    assert f"replay: domo fuzz --replay {replay_file} tcp://127.0.0.1:0 --exec '{command}'" in (
+        found.stdout
+    )
     # The file says which target it is for: no --target needed.
     again = _domo("fuzz", *common[2:], "--replay", str(replay_file))
     assert again.returncode == 1, again.stderr
@@ -100,3 +105,71 @@ def test_peer_target_usage_errors(tmp_path: Path) -> None:
     )  # fmt: skip
     assert exits.returncode == 3
     assert "no MDP/0.2 worker: 'true' exited with code 0" in exits.stderr
+
+
+def test_fresh_seed_coverage_and_timing_are_printed(
+    planted: Callable[[str], str], tmp_path: Path
+) -> None:
+    """Without --seed each run draws a fresh seed and prints it; the summary gives the seconds
+    until each finding, scenarios per second and the rule coverage."""
+    endpoint = planted("ignore-disconnect")
+    argv = ["fuzz", endpoint, "--heartbeat-interval", str(INTERVAL), "--time-budget", "4"]
+    runs = [_domo(*argv, "--findings-dir", str(tmp_path)) for _ in range(2)]
+    seeds = []
+    for run in runs:
+        assert run.returncode in (0, 1), run.stderr
+        match = re.search(r"domo fuzz: seed (\d+) \(--seed \1 repeats this search\)", run.stderr)
+        assert match, run.stderr
+        seeds.append(match.group(1))
+        assert f"seed {match.group(1)};" in run.stdout
+        assert re.search(r"scenarios in [\d.]+ s \([\d.]+/s\)", run.stdout), run.stdout
+        assert "domo fuzz: rule coverage: " in run.stdout
+        assert re.search(r"rule coverage: (MDP-[A-Z]-\d\d \d+, )*MDP-[A-Z]-\d\d \d+\n", run.stdout)
+    assert seeds[0] != seeds[1]
+    found = [run for run in runs if "MDP-W-13:" in run.stdout]
+    for run in found:
+        assert re.search(r"MDP-W-13: .* \(after [\d.]+ s\)", run.stdout), run.stdout
+        assert re.search(r"MDP-W-13 after [\d.]+ s", run.stdout), run.stdout
+
+
+def test_replay_uses_the_files_interval_without_warning(
+    planted: Callable[[str], str], tmp_path: Path
+) -> None:
+    """--replay runs at the file's interval: no warning about the default 2.5 s."""
+    path = tmp_path / "scenario.json"
+    save_replay(path, Replay("broker", INTERVAL, 3, [Step("wait", 0, 1)]))
+    again = _domo("fuzz", planted("none"), "--replay", str(path))
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "makes every scenario slow" not in again.stderr
+
+
+def test_the_intervals_differ(start_broker: Callable[[list[str]], str], tmp_path: Path) -> None:
+    """A conforming broker at another interval than the fuzzer's is told as such, not as a
+    scenario breaking MDP-H-04 (issue 11)."""
+    endpoint = start_broker(
+        [sys.executable, "-m", "domo", "broker", "--bind", "tcp://127.0.0.1:0",
+         "--heartbeat-interval", "0.5", "--log-level", "error"]
+    )  # fmt: skip
+    run = _domo(
+        "fuzz", endpoint, "--heartbeat-interval", str(INTERVAL), "--time-budget", "5",
+        "--findings-dir", str(tmp_path),
+    )  # fmt: skip
+    assert run.returncode == 1, run.stdout + run.stderr
+    assert re.search(r"the intervals differ: broker 0\.\d+ s, fuzzer 0\.1 s", run.stdout), (
+        run.stdout
+    )
+    assert "scenario:" not in run.stdout
+    assert run.stdout.count("the intervals differ") == 1, run.stdout
+
+
+def test_missing_hypothesis_error_has_the_prefix(tmp_path: Path) -> None:
+    """Without Hypothesis, the error says which command it comes from (issue 11 item 10)."""
+    blocker = tmp_path / "hypothesis.py"
+    blocker.write_text("raise ImportError('hypothesis blocked for this test')\n")
+    env = dict(os.environ, PYTHONPATH=str(tmp_path))
+    run = subprocess.run(
+        [sys.executable, "-m", "domo", "fuzz", "tcp://127.0.0.1:9"],
+        capture_output=True, text=True, timeout=60, env=env,
+    )  # fmt: skip
+    assert run.returncode == 2
+    assert run.stderr.startswith("domo fuzz: needs hypothesis"), run.stderr

@@ -14,6 +14,7 @@ import os
 import shlex
 import subprocess
 import time
+from collections import Counter
 from collections.abc import Sequence
 from typing import Final
 
@@ -122,6 +123,7 @@ class BoundRun:
             else None
         )
         self.examples = 0
+        self.coverage: Counter[str] = Counter()  # rule id -> scenarios that exercised it
         self.violations: list[Violation] = []
 
     def close(self) -> None:

@@ -20,14 +20,26 @@ loaded machine is never flagged. The checks and the rule each one reports:
   ``liveness * interval + slack``: MDP-D-10;
 - after the scenario, a fresh worker and client must still be served (a probe); if not, the
   target has stopped working: MDP-W-16 when the scenario sent malformed messages, else MDP-A-01.
+
+What must arrive, not only what may (each within ``forward_window``, from the agreed interval and
+the jitter measured by the first probe): a PARTIAL or FINAL a worker sent for a client still
+waiting (MDP-R-01); a queued request while a live worker of its service is idle (MDP-A-05,
+MDP-C-10 when it came before any worker, MDP-S-01 when its worker was lost); an MMI answer with
+the right code (MDP-M-01, MDP-M-02, unless ``mmi`` is off). Heartbeats at the interval: a broker
+whose mean gap between messages to a live worker exceeds ``heartbeat_gap_limit`` breaks
+MDP-H-04; the first probe measures the broker's interval and stops with "the intervals differ"
+when it is not the agreed one. Where the spec leaves a choice, a check runs only when the target
+says which it made (``dispatch="lru"``: MDP-A-04).
 """
 
 from __future__ import annotations
 
 import itertools
+import secrets
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Final
 
 import zmq
@@ -35,7 +47,17 @@ import zmq
 from domo.protocol import mdp
 from domo.protocol.errors import MalformedMessage
 
-from .scenario import CLIENTS, GARBAGE, SERVICES, WORKERS, Step
+from .scenario import (
+    BODIES,
+    CLIENTS,
+    GARBAGE,
+    MMI_QUERIES,
+    REPLY_BODIES,
+    SERVICES,
+    STRAY_REPLIES,
+    WORKERS,
+    Step,
+)
 
 __all__ = ["BrokerRun", "NeverServed", "TargetDied", "Timing", "Unreachable", "Violation"]
 
@@ -54,10 +76,22 @@ class Timing:
 
     interval: float
     liveness: int
+    jitter: float = 0.0  # measured by the first probe: the target's round-trip time
 
     @property
     def slack(self) -> float:
         return 0.05 + self.interval / 2
+
+    @property
+    def forward_window(self) -> float:
+        """How long a conforming broker may take to forward a reply or dispatch a request."""
+        return self.interval + 2 * self.slack + 4 * self.jitter
+
+    @property
+    def heartbeat_gap_limit(self) -> float:
+        """The longest mean gap between messages to a live worker that still counts as
+        heartbeating at the interval (MDP-H-04)."""
+        return 1.4 * self.interval + 2 * self.jitter
 
     @property
     def dead_after(self) -> float:
@@ -90,11 +124,13 @@ class NeverServed(Unreachable):
 
 
 class TargetDied(Exception):
-    """The target stopped serving during a scenario; ``violation`` says which rule that breaks."""
+    """The target stopped serving during a scenario; ``violation`` says which rule that breaks,
+    ``seen`` what the scenario found before."""
 
-    def __init__(self, violation: Violation) -> None:
+    def __init__(self, violation: Violation, seen: Sequence[Violation] = ()) -> None:
         super().__init__(violation.explanation)
         self.violation = violation
+        self.seen = list(seen)
 
 
 @dataclass
@@ -113,6 +149,11 @@ class _Worker:
     expect_disconnect_by: float | None = None
     muted_until: float = 0.0
     gap_reported: bool = False
+    idle_since: float = 0.0  # when it last became idle (READY or FINAL sent)
+    ready_at: float = 0.0  # when it sent READY
+    last_beat: float | None = None  # the last message from the broker while it was live
+    disconnect_rule: str = "MDP-W-15"  # the rule a missing DISCONNECT breaks
+    lost_request: tuple[bytes, int] | None = None  # what it held when it was lost (a zombie's)
 
 
 @dataclass
@@ -121,6 +162,35 @@ class _Client:
     sock: zmq.Socket[bytes]
     seq: int = 0
     outstanding: tuple[bytes, int] | None = None  # (service, seq)
+    mmi: tuple[frozenset[bytes], float, str] | None = None  # answers allowed, due by, rule
+    other_seq: int | None = None  # a second REQUEST on this socket: its reply may come instead
+
+
+@dataclass
+class _Request:
+    """A request a client sent, as the broker should see it."""
+
+    service: bytes
+    body: tuple[bytes, ...]
+    queued_since: float
+    required: bool = True  # must be dispatched while a live worker of its service is idle
+    state: str = "queued"  # queued, held, done
+    losses: int = 0
+    partial_sent: bool = False
+    no_worker_yet: bool = False  # no live worker of its service when it was sent
+    sibling: tuple[bytes, int] | None = None  # the other of two REQUESTs on one socket
+    dispatched: bool = False
+
+
+@dataclass
+class _Token:
+    """A reply a worker sent, known by its first body frame."""
+
+    client: bytes
+    seq: int
+    late: bool
+    body: tuple[bytes, ...]
+    forbidden: str = ""  # the rule broken if it is forwarded at all
 
 
 @dataclass
@@ -130,8 +200,14 @@ class BrokerRun:
     endpoint: str
     timing: Timing
     context: zmq.Context[zmq.Socket[bytes]] = field(default_factory=zmq.Context)
-    run_id: int = field(default_factory=lambda: next(_RUN_IDS))
+    # Unique across processes too: two runs against one broker must not share a routing id or
+    # a service name, or the second would meet the first's leftover requests.
+    run_id: str = field(default_factory=lambda: f"{secrets.token_hex(3)}{next(_RUN_IDS)}")
     examples: int = 0
+    dispatch: str | None = None  # "lru": the target says it follows MDP-A-04's LRU choice
+    mmi: bool = True  # judge MMI answers (MDP-M-01, MDP-M-02)
+    coverage: Counter[str] = field(default_factory=Counter)
+    measured_interval: float | None = None
 
     def close(self) -> None:
         self.context.destroy(linger=0)
@@ -144,13 +220,70 @@ class BrokerRun:
         return sock
 
     def first_probe(self) -> list[Violation]:
-        """``Unreachable`` unless the broker serves a fresh worker and client in time."""
+        """``Unreachable`` unless the broker serves a fresh worker and client in time.
+
+        Then measure the broker's heartbeat interval and the jitter: ``NeverServed`` ("the
+        intervals differ") when the broker heartbeats at another interval than the agreed one,
+        so that a mismatch is named as such before any scenario is judged by it.
+        """
+        started = time.monotonic()
         if not self.probe("start", self.timing.probe_timeout):
             raise Unreachable(
                 f"no MDP/0.2 broker answered at {self.endpoint} within "
                 f"{self.timing.probe_timeout:.1f} s"
             )
-        return []  # the probe checks only that the broker serves
+        round_trip = time.monotonic() - started
+        gaps = self.measure_heartbeats()
+        spread = max(gaps) - min(gaps) if len(gaps) > 1 else 0.0
+        self.timing = replace(self.timing, jitter=min(0.5, max(round_trip, spread) / 2))
+        interval = self.timing.interval
+        if not gaps:
+            return [
+                Violation(
+                    "MDP-H-04",
+                    f"a registered, heartbeating worker got no HEARTBEAT in "
+                    f"{self.heartbeat_patience:.1f} s (interval {interval} s)",
+                )
+            ]
+        measured = sum(gaps) / len(gaps)
+        self.measured_interval = measured
+        if measured > self.timing.heartbeat_gap_limit or measured < interval / 2:
+            message = (
+                f"the intervals differ: broker {measured:.2f} s, fuzzer {interval} s "
+                f"(give both the same --heartbeat-interval; MDP-H-04 asks for agreed intervals)"
+            )
+            raise NeverServed(message, [Violation("MDP-H-04", message)])
+        return []
+
+    @property
+    def heartbeat_patience(self) -> float:
+        return max(3.0, 4 * self.timing.interval)
+
+    def measure_heartbeats(self) -> list[float]:
+        """A fresh idle worker heartbeats at the agreed interval; the gaps between the broker's
+        heartbeats to it (the first measured from its READY), up to four of them."""
+        service = f"fz.{self.run_id}.hb".encode()
+        worker = self._socket(f"fz{self.run_id}-hb".encode())
+        try:
+            worker.send_multipart(mdp.worker_ready_frames(service))
+            sent = last = time.monotonic()
+            deadline = sent + self.heartbeat_patience
+            gaps: list[float] = []
+            while len(gaps) < 4 and (now := time.monotonic()) < deadline:
+                if now - sent >= self.timing.interval:
+                    worker.send_multipart(_HEARTBEAT)
+                    sent = now
+                wait = min(deadline, sent + self.timing.interval) - now
+                if worker.poll(max(0, int(wait * 1000)) + 1, zmq.POLLIN):
+                    frames = worker.recv_multipart()
+                    if list(frames[:2]) == list(_HEARTBEAT):
+                        arrived = time.monotonic()
+                        gaps.append(arrived - last)
+                        last = arrived
+            worker.send_multipart(_DISCONNECT)
+            return gaps
+        finally:
+            worker.close(linger=100)
 
     def probe(self, tag: str, timeout: float) -> bool:
         """A fresh worker and client: is a request dispatched and its FINAL forwarded in time?"""
@@ -203,15 +336,27 @@ class _Scenario:
         ]
         self.sockets_made = 0
         self.violations: list[Violation] = []
-        self.tokens: dict[bytes, tuple[bytes, int, bool]] = {}  # body -> client, seq, late
-        self.requests: dict[tuple[bytes, int], tuple[bytes, bytes]] = {}  # -> service, body
+        self.tokens: dict[bytes, _Token] = {}
+        self.requests: dict[tuple[bytes, int], _Request] = {}  # (client address, seq)
+        self.due: dict[bytes, tuple[float, str, str]] = {}  # token -> by when, rule, what
         self.abandoned: list[zmq.Socket[bytes]] = []
         self.had_garbage = False
+        self.ever_served: set[bytes] = set()  # services some worker sent READY for
+        self.exercised: set[str] = set()
+        self.beat_gaps: list[float] = []
+        # service -> until when the broker may still hold a worker of it that the fuzzer has
+        # left without a certain unregistration (after malformed messages, MDP-W-16 is only a
+        # SHOULD): a request may go to it unseen, so no dispatch is required until then.
+        self.unsure: dict[bytes, float] = {}
 
     # --- bookkeeping -----------------------------------------------------------------------
 
     def flag(self, rule: str, explanation: str) -> None:
         self.violations.append(Violation(rule, explanation))
+
+    def arm(self, *rules: str) -> None:
+        """These rules' checks have something to judge in this scenario (rule coverage)."""
+        self.exercised.update(rules)
 
     def send(self, w: _Worker, frames: Sequence[bytes]) -> None:
         assert w.sock is not None
@@ -226,19 +371,43 @@ class _Scenario:
         now = time.monotonic()
         w.registered = w.said_something = w.dead = False
         w.holding = w.disconnected_at = w.expect_disconnect_by = None
-        w.last_heard = w.last_sent = now
+        w.last_heard = w.last_sent = w.idle_since = now
         w.heartbeats_heard = 0
         w.gap_reported = False
+        w.last_beat = None
+        w.lost_request = None
+        w.disconnect_rule = "MDP-W-15"
+        self.arm("MDP-W-14")
         return w.sock
 
     def retire(self, w: _Worker) -> None:
         if w.sock is not None:
             self.abandoned.append(w.sock)
             w.sock = None
+        self.lose(w, time.monotonic())
         w.registered = False
-        w.holding = None
         w.expect_disconnect_by = None
         w.disconnected_at = None
+
+    def lose(self, w: _Worker, at: float) -> None:
+        """``w`` is lost to the broker by ``at``: the request it held goes back to its queue."""
+        if w.holding is None:
+            return
+        r = self.requests.get(w.holding)
+        w.lost_request, w.holding = w.holding, None
+        if r is None or r.state != "held":
+            return
+        r.state = "queued"
+        r.losses += 1
+        r.queued_since = at
+        # MDP-S-01: resent to another worker, at least once; after a PARTIAL a broker may drop
+        # it instead (MDP-D-09), and after that one resend it may give up (MDP-D-08).
+        r.required = r.required and r.losses == 1 and not r.partial_sent
+        if r.required:
+            self.arm("MDP-S-01")
+
+    def live_workers_of(self, service: bytes) -> list[_Worker]:
+        return [w for w in self.workers if self.beats(w) and not w.dead and w.service == service]
 
     # --- playing ---------------------------------------------------------------------------
 
@@ -249,8 +418,9 @@ class _Scenario:
                 self.pump(time.monotonic() + 0.005)
             # Let every pending deadline pass, so that late messages, missing DISCONNECTs and
             # missing heartbeats show: any worker still connected has one.
-            pending = any(w.sock is not None for w in self.workers)
+            pending = any(w.sock is not None for w in self.workers) or bool(self.due)
             self.pump(time.monotonic() + (self.t.dead_after if pending else self.t.slack))
+            self.judge_heartbeat_rate()
             if not self.run.probe(self.tag, self.t.probe_timeout):
                 rule = "MDP-W-16" if self.had_garbage else "MDP-A-01"
                 why = (
@@ -258,9 +428,10 @@ class _Scenario:
                     if self.had_garbage
                     else "the broker no longer serves a fresh worker and client"
                 )
-                raise TargetDied(Violation(rule, why))
+                raise TargetDied(Violation(rule, why), self.violations)
             return self.violations
         finally:
+            self.run.coverage.update(self.exercised)
             for w in self.workers:
                 if w.sock is not None and w.registered:
                     w.sock.send_multipart(_DISCONNECT)
@@ -268,54 +439,163 @@ class _Scenario:
             for sock in [*self.abandoned, *(c.sock for c in self.clients)]:
                 sock.close(linger=0)
 
+    def judge_heartbeat_rate(self) -> None:
+        # MDP-H-04 asks for heartbeats at the agreed interval: judged on the mean gap, so that
+        # one late message on a loaded machine is not a finding, but a slow broker is.
+        if len(self.beat_gaps) < 6:
+            return
+        self.arm("MDP-H-04")
+        mean = sum(self.beat_gaps) / len(self.beat_gaps)
+        if mean > self.t.heartbeat_gap_limit:
+            self.flag(
+                "MDP-H-04",
+                f"the broker sent live workers a message every {mean:.3f} s on average "
+                f"({len(self.beat_gaps)} gaps), not every {self.t.interval} s",
+            )
+
+    def new_client_socket(self, c: _Client, actor: int) -> None:
+        # It gives up waiting and asks again on a new socket, as MDP-C-08 recommends; the old
+        # request may still be served, to the old address, which is gone.
+        self.abandoned.append(c.sock)
+        self.sockets_made += 1
+        c.address = f"{self.prefix}-c{actor}-{self.sockets_made}".encode()
+        c.sock = self.run._socket(c.address)
+        c.outstanding = c.other_seq = None
+        c.mmi = None
+        for token, (_, rule, _) in list(self.due.items()):
+            if rule == "MDP-R-01" and self.tokens[token].client != c.address:
+                origin = self.tokens[token]
+                if not any(cl.address == origin.client for cl in self.clients):
+                    del self.due[token]  # its client has gone: nothing can be seen
+
+    def client_request(self, c: _Client, actor: int, service: bytes, body_index: int) -> None:
+        if c.outstanding is not None or c.mmi is not None:
+            self.new_client_socket(c, actor)
+        c.seq += 1
+        ident = c.address + b":" + str(c.seq).encode()
+        _, template = BODIES[body_index % len(BODIES)]
+        body = tuple(ident if f == b"{id}" else f for f in template)
+        now = time.monotonic()
+        nobody = not self.live_workers_of(service)
+        self.requests[(c.address, c.seq)] = _Request(service, body, now, no_worker_yet=nobody)
+        c.outstanding = (service, c.seq)
+        c.sock.send_multipart(mdp.client_request_frames(service, list(body)))
+        self.arm("MDP-S-03", "MDP-C-10" if nobody else "MDP-A-05")
+
+    def second_request(self, c: _Client, actor: int, service: bytes) -> None:
+        if c.outstanding is None:
+            self.client_request(c, actor, self.services[0], 0)
+        assert c.outstanding is not None
+        first = (c.address, c.outstanding[1])
+        c.seq += 1
+        body = (c.address + b":second:" + str(c.seq).encode(),)
+        # MDP-S-02: at most one of the two is served. Which one is the broker's choice, so
+        # neither is required to be dispatched any more.
+        self.requests[(c.address, c.seq)] = _Request(
+            service, body, time.monotonic(), required=False, sibling=first
+        )
+        c.other_seq = c.seq
+        if first in self.requests:
+            self.requests[first].required = False
+            self.requests[first].sibling = (c.address, c.seq)
+        c.sock.send_multipart(mdp.client_request_frames(service, list(body)))
+        self.arm("MDP-S-02")
+
+    def mmi(self, c: _Client, actor: int, which: int) -> None:
+        if not self.run.mmi:
+            return
+        if c.outstanding is not None or c.mmi is not None:
+            self.new_client_socket(c, actor)
+        now = time.monotonic()
+        due = now + self.t.forward_window
+        if which == 3:
+            c.sock.send_multipart(mdp.client_request_frames(b"mmi.nosuch", [b"x"]))
+            c.mmi = (frozenset({b"501"}), due, "MDP-M-02")
+            self.arm("MDP-M-02")
+            return
+        if which == 2:
+            name, allowed = f"fz.{self.run.run_id}.{self.tag}.nobody".encode(), {b"404"}
+        else:
+            name = self.services[which]
+            settled = [
+                w
+                for w in self.live_workers_of(name)
+                if now - w.ready_at > self.t.forward_window
+                and now - w.last_heard < self.t.dead_after
+            ]
+            if settled:
+                allowed = {b"200"}  # a live worker serves it (idle or busy)
+            elif name not in self.ever_served:
+                allowed = {b"404"}
+            else:
+                allowed = {b"200", b"404"}  # a worker came or went just now
+        c.sock.send_multipart(mdp.client_request_frames(b"mmi.service", [name]))
+        c.mmi = (frozenset(allowed), due, "MDP-M-01")
+        self.arm("MDP-M-01")
+
     def do(self, step: Step) -> None:
         now = time.monotonic()
         if step.kind == "wait":
             self.pump(now + step.arg * self.t.interval / 2)
             return
-        if step.kind == "request":
+        if step.kind in ("request", "second-request", "mmi"):
             c = self.clients[step.actor % len(self.clients)]
-            if c.outstanding is not None:
-                # It gives up waiting and asks again on a new socket, as MDP-C-08 recommends;
-                # the old request may still be served, to the old address, which is gone.
-                self.abandoned.append(c.sock)
-                self.sockets_made += 1
-                c.address = f"{self.prefix}-c{step.actor}-{self.sockets_made}".encode()
-                c.sock = self.run._socket(c.address)
-                c.outstanding = None
-            c.seq += 1
-            service = self.services[step.arg % SERVICES]
-            body = c.address + b":" + str(c.seq).encode()
-            c.outstanding = (service, c.seq)
-            self.requests[(c.address, c.seq)] = (service, body)
-            c.sock.send_multipart(mdp.client_request_frames(service, [body]))
+            if step.kind == "request":
+                service = self.services[step.arg % SERVICES]
+                self.client_request(c, step.actor, service, step.arg // SERVICES)
+            elif step.kind == "second-request":
+                self.second_request(c, step.actor, self.services[step.arg % SERVICES])
+            else:
+                self.mmi(c, step.actor, step.arg % len(MMI_QUERIES))
             return
         w = self.workers[step.actor % len(self.workers)]
+        holders = [x for x in self.workers if x.holding is not None and self.beats(x)]
+        if holders and ((step.kind == "die" and step.arg == 1) or step.kind == "reply"):
+            # The holder dies, or replies: a reply from a worker that holds nothing would do
+            # nothing, and which worker got the request is the broker's choice.
+            w = w if w in holders else holders[0]
+        actor = self.workers.index(w)
         live = w.sock is not None and not w.dead and w.disconnected_at is None
         needs_ready = (
             step.kind in ("heartbeat", "disconnect", "die", "pause")
             or (step.kind == "unexpected" and step.arg % 4 != 3)
             or (step.kind == "late-final" and not w.dead)
+            or (step.kind == "stray-reply" and step.arg % len(STRAY_REPLIES) == 4)
         )
         if needs_ready and not (live and w.registered):
             # A step that needs a registered worker registers it first (on s0), so that
             # random scenarios rarely waste a step and shrinking keeps them short.
-            self.do(Step("ready", step.actor, 0))
+            self.do(Step("ready", actor, 0))
             self.pump(time.monotonic() + 0.005)
             live = True
         match step.kind:
+            case "ready" if step.arg == SERVICES:
+                # READY for a name the broker reserves for MMI (MDP-D-14): refused with DISCONNECT.
+                if self.run.mmi:
+                    self.fresh_socket(w)
+                    w.service = f"mmi.fz.{self.run.run_id}.{self.tag}".encode()
+                    self.send(w, mdp.worker_ready_frames(w.service))
+                    self.expect_disconnect(w, "MDP-D-14")
             case "ready":
                 if not w.registered or not live:
                     self.fresh_socket(w)
                     w.service = self.services[step.arg % SERVICES]
                     self.send(w, mdp.worker_ready_frames(w.service))
                     w.registered = True
+                    w.idle_since = w.ready_at = time.monotonic()
+                    self.ever_served.add(w.service)
+                    self.arm("MDP-H-04", "MDP-H-05")
             case "reply":
                 if live and w.registered and w.holding is not None:
-                    for _ in range(step.arg):
-                        self.send_reply(w, mdp.W_PARTIAL, late=False)
-                    self.send_reply(w, mdp.W_FINAL, late=False)
-                    w.holding = None
+                    extra = REPLY_BODIES[step.arg // 3 % len(REPLY_BODIES)][1]
+                    for _ in range(step.arg % 3):
+                        self.send_reply(w, mdp.W_PARTIAL, late=False, extra=extra)
+                    self.send_reply(w, mdp.W_FINAL, late=False, extra=extra)
+                    r = self.requests.get(w.holding)
+                    if r is not None:
+                        r.state = "done"
+                    w.holding = w.lost_request = None
+                    w.idle_since = time.monotonic()
             case "heartbeat":
                 if live and w.registered:
                     self.send(w, _HEARTBEAT)
@@ -323,36 +603,54 @@ class _Scenario:
                 if live and w.said_something:
                     self.send(w, _DISCONNECT)
                     w.registered = False
-                    w.holding = None
+                    self.lose(w, time.monotonic())
                     w.disconnected_at = time.monotonic()
+                    self.arm("MDP-W-13")
             case "die":
                 if live and w.registered:
                     w.dead = True
+                    self.lose(w, w.last_sent + self.t.dead_after)
+                    self.arm("MDP-H-07")
             case "late-final":
                 # Die first if alive; send the FINAL once the broker has certainly expired the
                 # worker, so that a random scenario needs no exact run of waits for MDP-D-10.
                 if live and w.registered:
                     w.dead = True
+                held = w.holding or w.lost_request
                 if w.dead and w.sock is not None:
+                    self.lose(w, w.last_sent + self.t.dead_after)
                     self.pump(w.last_sent + self.t.dead_after + 0.01)
-                if w.dead and w.holding is not None and w.sock is not None:
+                if w.dead and held is not None and w.sock is not None:
                     now = time.monotonic()
                     late = now - w.last_sent >= self.t.dead_after
+                    w.holding = held  # the reply names the request it held
                     self.send_reply(w, mdp.W_FINAL, late=late)
+                    w.holding = None
+                    self.arm("MDP-D-10")
+                    self.unsure[w.service] = time.monotonic() + self.t.dead_after
                     self.retire(w)  # a zombie: whatever the broker says to it now is allowed
             case "pause":
                 if live and w.registered:
                     longest = self.t.liveness * self.t.interval - self.t.slack
                     w.muted_until = now + max(0.0, min(step.arg * self.t.interval / 2, longest))
+                    self.arm("MDP-H-05")
             case "unexpected":
                 self.unexpected(w, live, step.arg % 4)
+            case "stray-reply":
+                self.stray_reply(w, live, step.arg % len(STRAY_REPLIES))
             case "garbage":
                 sock = w.sock if live and w.sock is not None else self.fresh_socket(w)
                 _, template = GARBAGE[step.arg % len(GARBAGE)]
                 svc = w.service or self.services[0]
                 sock.send_multipart([svc if f == b"{svc}" else f for f in template])
                 self.had_garbage = True
-                self.retire(w)  # the broker may treat this peer as invalid from now on
+                self.arm("MDP-W-16")
+                # The broker may treat this peer as invalid from now on; its request certainly
+                # goes back once the broker has expired it.
+                self.lose(w, w.last_sent + self.t.dead_after)
+                if w.service:
+                    self.unsure[w.service] = w.last_sent + self.t.dead_after
+                self.retire(w)
 
     def unexpected(self, w: _Worker, live: bool, which: int) -> None:
         if which == 3:  # HEARTBEAT before READY, on a fresh socket
@@ -368,17 +666,72 @@ class _Scenario:
             self.send(w, mdp.worker_final_frames(self.clients[0].address, [b"unasked"]))
         else:
             self.send(w, [mdp.WORKER_HEADER, mdp.W_REQUEST, self.clients[0].address, b"", b"x"])
-        w.expect_disconnect_by = time.monotonic() + self.t.dead_after
-        w.registered = False
-        w.holding = None
+        self.expect_disconnect(w, "MDP-W-15")
 
-    def send_reply(self, w: _Worker, code: bytes, *, late: bool) -> None:
+    def expect_disconnect(self, w: _Worker, rule: str) -> None:
+        w.expect_disconnect_by = time.monotonic() + self.t.dead_after
+        w.disconnect_rule = rule
+        w.registered = False
+        self.lose(w, time.monotonic())
+        self.arm(rule)
+
+    def waiting_client(self) -> _Client:
+        waiting = [c for c in self.clients if c.outstanding is not None]
+        return waiting[0] if waiting else self.clients[0]
+
+    def stray_reply(self, w: _Worker, live: bool, which: int) -> None:
+        code = mdp.W_FINAL if which in (0, 2, 4) else mdp.W_PARTIAL
+        if which in (0, 1):
+            self.fresh_socket(w)
+            c = self.waiting_client()
+            self.send_stray(w, code, c, "MDP-D-10")
+            self.expect_disconnect(w, "MDP-W-15")
+        elif which in (2, 3):
+            if not (live and w.registered and w.holding is not None):
+                return
+            others = [c for c in self.clients if c.address != w.holding[0]]
+            self.send_stray(w, code, others[0], "MDP-D-13")
+            self.expect_disconnect(w, "MDP-D-13")
+        else:
+            if not (live and w.registered):
+                return
+            held = w.holding[0] if w.holding else None
+            holder = next((c for c in self.clients if c.address == held), None)
+            self.send(w, _DISCONNECT)
+            w.registered = False
+            self.lose(w, time.monotonic())
+            w.disconnected_at = time.monotonic()
+            self.send_stray(w, code, holder or self.waiting_client(), "MDP-D-10")
+            self.arm("MDP-W-13")
+
+    def send_stray(self, w: _Worker, code: bytes, c: _Client, rule: str) -> None:
+        token = f"tok:{self.prefix}:{len(self.tokens)}".encode()
+        seq = c.outstanding[1] if c.outstanding is not None else 0
+        self.tokens[token] = _Token(c.address, seq, False, (token,), forbidden=rule)
+        self.send(w, [mdp.WORKER_HEADER, code, c.address, b"", token])
+        self.arm(rule)
+
+    def send_reply(
+        self, w: _Worker, code: bytes, *, late: bool, extra: tuple[bytes, ...] = ()
+    ) -> None:
         assert w.holding is not None
         client, seq = w.holding
         token = f"tok:{self.prefix}:{len(self.tokens)}".encode()
-        self.tokens[token] = (client, seq, late)
-        frames = [mdp.WORKER_HEADER, code, client, b"", token]
-        self.send(w, frames)
+        body = (token, *extra)
+        self.tokens[token] = _Token(client, seq, late, body)
+        self.send(w, [mdp.WORKER_HEADER, code, client, b"", *body])
+        r = self.requests.get((client, seq))
+        if r is not None and code == mdp.W_PARTIAL:
+            r.partial_sent = True
+        waiting = any(c.address == client and c.outstanding is not None for c in self.clients)
+        if not late and waiting:
+            kind = "FINAL" if code == mdp.W_FINAL else "PARTIAL"
+            self.due[token] = (
+                time.monotonic() + self.t.forward_window,
+                "MDP-R-01",
+                f"{w.name}'s {kind}",
+            )
+            self.arm("MDP-R-01", "MDP-C-06")
 
     # --- receiving and checking --------------------------------------------------------------
 
@@ -402,7 +755,7 @@ class _Scenario:
             wait = min(due) - now
             if now >= until:
                 return
-            for sock, _ in poller.poll(max(0, int(wait * 1000)) + 1):
+            for sock, _ in poller.poll(max(0, int(min(wait, 0.05) * 1000)) + 1):
                 owner = socks[sock]
                 while owner_sock_has(sock):
                     frames = sock.recv_multipart()
@@ -428,11 +781,13 @@ class _Scenario:
                 self.send(w, _HEARTBEAT)
             if w.expect_disconnect_by is not None and now > w.expect_disconnect_by:
                 self.flag(
-                    "MDP-W-15",
+                    w.disconnect_rule,
                     f"{w.name} sent a valid but unexpected command and got no DISCONNECT within "
                     f"{self.t.dead_after:.2f} s",
                 )
                 self.retire(w)
+            if not self.beats(w):
+                w.last_beat = None
             if self.beats(w) and not w.gap_reported:
                 silent = now - w.last_heard
                 if silent > self.t.dead_after and now - w.muted_until > self.t.dead_after:
@@ -449,6 +804,53 @@ class _Scenario:
                             f"{w.name} kept heartbeating yet the broker stopped sending it "
                             f"anything for {silent:.2f} s: it treated a live worker as gone",
                         )
+        for token, (by, rule, what) in list(self.due.items()):
+            if now > by:
+                del self.due[token]
+                self.flag(
+                    rule,
+                    f"{what} was not forwarded to its waiting client within "
+                    f"{self.t.forward_window:.2f} s",
+                )
+        for c in self.clients:
+            if c.mmi is not None and now > c.mmi[1]:
+                self.flag(
+                    c.mmi[2],
+                    f"no answer to an MMI request within {self.t.forward_window:.2f} s",
+                )
+                c.mmi = None
+        self.check_dispatch(now)
+
+    def check_dispatch(self, now: float) -> None:
+        """A queued request must not wait while a live worker of its service sits idle."""
+        window = self.t.forward_window
+        for key, r in self.requests.items():
+            if r.state != "queued" or not r.required or now < r.queued_since + window:
+                continue
+            if now < self.unsure.get(r.service, 0.0) + window:
+                continue
+            idle = [
+                w
+                for w in self.live_workers_of(r.service)
+                if w.holding is None
+                and now - w.idle_since > window
+                and now - w.last_heard < self.t.dead_after
+            ]
+            if not idle:
+                continue
+            if r.losses:
+                rule, why = "MDP-S-01", "after its worker was lost it was not resent"
+            elif r.no_worker_yet:
+                rule, why = "MDP-C-10", "it was sent before any worker served it"
+            else:
+                rule, why = "MDP-A-05", "it was queued"
+            r.required = False  # once is enough
+            waited = now - max(r.queued_since, idle[0].idle_since)
+            self.flag(
+                rule,
+                f"a request of {key[0]!r} waited {waited:.2f} s while {idle[0].name} was idle "
+                f"for its service ({why})",
+            )
 
     def to_worker(self, w: _Worker, frames: list[bytes]) -> None:
         now = time.monotonic()
@@ -457,6 +859,7 @@ class _Scenario:
         except MalformedMessage as error:
             self.flag(error.rule, f"{w.name} received a malformed message: {error.reason}")
             return
+        self.arm("MDP-W-08")
         if w.disconnected_at is not None and now - w.disconnected_at > self.t.slack:
             self.flag(
                 "MDP-W-13",
@@ -474,6 +877,10 @@ class _Scenario:
             w.dead = False
             self.retire(w)
             return
+        if self.beats(w):
+            if w.last_beat is not None:
+                self.beat_gaps.append(now - w.last_beat)
+            w.last_beat = now
         w.last_heard = now
         if isinstance(command, mdp.WorkerHeartbeat):
             w.heartbeats_heard += 1
@@ -490,24 +897,61 @@ class _Scenario:
             )
 
     def check_request(self, w: _Worker, command: mdp.WorkerRequest) -> None:
+        now = time.monotonic()
+        self.arm("MDP-A-06", "MDP-R-03", "MDP-C-09")
         if w.holding is not None:
             self.flag(
                 "MDP-A-06",
                 f"{w.name} was sent a second REQUEST before it sent the FINAL of its first",
             )
-        known = [(key, value) for key, value in self.requests.items() if key[0] == command.client]
-        match = [(k, v) for k, v in known if tuple(command.body) == (v[1],)]
+        known = [(key, r) for key, r in self.requests.items() if key[0] == command.client]
+        match = [(k, r) for k, r in known if tuple(command.body) == r.body]
         if not known:
             self.flag("MDP-R-03", f"{w.name} got a REQUEST for unknown client {command.client!r}")
-        elif not match:
-            self.flag("MDP-S-03", f"{w.name} got a REQUEST whose body no client sent")
-        elif match[-1][1][0] != w.service and w.expect_disconnect_by is None:
+            return
+        if not match:
+            sizes = [len(f) for f in command.body]
             self.flag(
-                "MDP-C-09",
-                f"{w.name} serves {w.service!r} but got a request for {match[-1][1][0]!r}",
+                "MDP-S-03",
+                f"{w.name} got a REQUEST whose body (frames of {sizes} bytes) no client sent",
             )
-        if match:
-            w.holding = match[-1][0]
+        key, r = (match or known)[-1]  # altered, it is still that client's request
+        if r.service != w.service and w.expect_disconnect_by is None:
+            self.flag(
+                "MDP-C-09", f"{w.name} serves {w.service!r} but got a request for {r.service!r}"
+            )
+        sibling = self.requests.get(r.sibling) if r.sibling is not None else None
+        if sibling is not None and sibling.dispatched and not r.dispatched:
+            self.flag(
+                "MDP-S-02",
+                "both REQUESTs a client sent on one socket were dispatched (at most one of a "
+                "client's requests is queued)",
+            )
+        if self.run.dispatch == "lru" and w.holding is None and not w.dead:
+            self.judge_lru(w, r, now)
+        r.dispatched = True
+        r.state = "held"
+        w.holding = key
+        if w.dead:
+            self.lose(w, w.last_sent + self.t.dead_after)
+
+    def judge_lru(self, w: _Worker, r: _Request, now: float) -> None:
+        # MDP-A-04, as the target declared it: the worker idle the longest gets the request.
+        others = [
+            x
+            for x in self.live_workers_of(r.service)
+            if x is not w and x.holding is None and now - x.last_heard < self.t.dead_after
+        ]
+        if not others:
+            return
+        self.arm("MDP-A-04")
+        older = [x for x in others if x.idle_since < w.idle_since - self.t.forward_window]
+        if older:
+            self.flag(
+                "MDP-A-04",
+                f"{w.name} got a request though {older[0].name} had been idle "
+                f"{w.idle_since - older[0].idle_since:.2f} s longer (least recently used)",
+            )
 
     def to_client(self, c: _Client, frames: list[bytes]) -> None:
         try:
@@ -519,27 +963,52 @@ class _Scenario:
             self.flag("MDP-D-20", "client received REQUEST, a command only clients send")
             return
         kind = "FINAL" if isinstance(command, mdp.ClientFinal) else "PARTIAL"
-        token = command.body[0] if len(command.body) == 1 else b""
+        if c.mmi is not None and command.service.startswith(b"mmi."):
+            allowed, _, rule = c.mmi
+            c.mmi = None
+            answer = command.body[0] if command.body else b""
+            if kind != "FINAL" or answer not in allowed:
+                self.flag(
+                    rule,
+                    f"an MMI request was answered with {kind} {answer[:20]!r}, not "
+                    f"{' or '.join(repr(a) for a in sorted(allowed))}",
+                )
+            return
+        token = command.body[0] if command.body else b""
         origin = self.tokens.get(token)
         if origin is None:
             self.flag("MDP-S-03", f"client got a {kind} whose body no worker sent")
             return
-        if origin[2] and kind == "FINAL":
+        self.due.pop(token, None)
+        if origin.forbidden:
+            self.flag(
+                origin.forbidden,
+                f"client got a {kind} from a worker that held no request of that client",
+            )
+            return
+        if tuple(command.body) != origin.body:
+            sizes = [len(f) for f in command.body]
+            self.flag("MDP-S-03", f"client got a {kind} whose body (frames of {sizes}) was altered")
+        if origin.late and kind == "FINAL":
             self.flag(
                 "MDP-D-10",
                 f"client got a FINAL that a worker sent after {self.t.dead_after:.2f} s of "
                 "silence, when it was already expired",
             )
-        elif c.outstanding is None or c.outstanding[1] != origin[1]:
+        elif c.outstanding is None or origin.seq not in (c.outstanding[1], c.other_seq):
             self.flag("MDP-C-06", f"client got a {kind} with no request outstanding")
             return
-        elif command.service != c.outstanding[0]:
+        elif command.service != (expected := self.service_of(origin, c.outstanding[0])):
             self.flag(
                 "MDP-R-01",
-                f"client got a {kind} naming service {command.service!r}, not {c.outstanding[0]!r}",
+                f"client got a {kind} naming service {command.service!r}, not {expected!r}",
             )
         if kind == "FINAL":
-            c.outstanding = None
+            c.outstanding = c.other_seq = None
+
+    def service_of(self, origin: _Token, default: bytes) -> bytes:
+        r = self.requests.get((origin.client, origin.seq))
+        return default if r is None else r.service
 
 
 def owner_sock_has(sock: zmq.Socket[bytes]) -> bool:

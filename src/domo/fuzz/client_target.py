@@ -136,7 +136,7 @@ class ClientRun(BoundRun):
         self.pump(time.monotonic() + self.t.slack)
         exited = self.peer.exited() if self.peer is not None else None
         if exited is not None or not self.probe(self.peer_timeout):
-            raise TargetDied(self.died(provoked, exited))
+            raise TargetDied(self.died(provoked, exited), self.violations)
         for identity, conn in list(self.connections.items()):
             if conn is not self.latest:
                 del self.connections[identity]

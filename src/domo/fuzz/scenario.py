@@ -19,15 +19,21 @@ from typing import Any, Final
 from hypothesis import strategies as st
 
 __all__ = [
+    "BODIES",
     "CLIENTS",
     "CLIENT_TARGET_KINDS",
     "GARBAGE",
     "GARBAGE_TO_CLIENT",
     "GARBAGE_TO_WORKER",
+    "JUDGED_RULES",
     "KINDS",
+    "MMI_QUERIES",
     "REPLAY_FORMAT",
+    "REPLY_BODIES",
     "REQUEST_SHAPES",
     "SERVICES",
+    "STEP_RULES",
+    "STRAY_REPLIES",
     "TARGETS",
     "WORKERS",
     "WORKER_TARGET_KINDS",
@@ -59,14 +65,50 @@ GARBAGE: Final[tuple[tuple[str, tuple[bytes, ...]], ...]] = (
     ("client REQUEST without a body", (b"MDPC02", b"\x01", b"{svc}")),
 )
 
+# The request bodies a client sends (``arg // SERVICES`` of a "request" step picks one): 0, 1 and
+# many frames, empty frames, sizes on both sides of 64 KiB (where a broker may switch to
+# zero-copy). ``{id}`` becomes a text unique to the request.
+BODIES: Final[tuple[tuple[str, tuple[bytes, ...]], ...]] = (
+    ("one short frame", (b"{id}",)),
+    ("one empty frame", (b"",)),
+    ("four frames, two of them empty", (b"{id}", b"", b"x", b"")),
+    ("one frame of 64 KiB - 1", (b"a" * 65535,)),
+    ("a frame of 64 KiB + 1 and a short one", (b"b" * 65537, b"{id}")),
+)
+# What a worker's PARTIAL or FINAL carries after its first frame (a token the fuzzer knows it by);
+# ``arg // 3`` of a "reply" step picks one.
+REPLY_BODIES: Final[tuple[tuple[str, tuple[bytes, ...]], ...]] = (
+    ("", ()),
+    (" and an empty frame", (b"",)),
+    (" and 70 KiB", (b"r" * 71680,)),
+)
+# MMI queries (``arg`` of an "mmi" step): service name queried, or another mmi.* service.
+MMI_QUERIES: Final = (
+    "mmi.service s0",
+    "mmi.service s1",
+    "mmi.service of a name nobody serves",
+    "mmi.nosuch (an MMI service that does not exist)",
+)
+# Replies from peers that hold no request for that client (``arg`` of a "stray-reply" step).
+STRAY_REPLIES: Final = (
+    "FINAL from a peer that never sent READY",
+    "PARTIAL from a peer that never sent READY",
+    "FINAL naming another client than the request it holds",
+    "PARTIAL naming another client than the request it holds",
+    "DISCONNECT, then FINAL (a silenced peer)",
+)
+
 # kind -> (which actor it uses, what ``arg`` means)
 KINDS: Final[dict[str, tuple[str, str]]] = {
-    "ready": ("worker", "service index"),
-    "request": ("client", "service index"),
-    "reply": ("worker", "PARTIALs before the FINAL"),
+    "ready": ("worker", "service index (SERVICES: a reserved mmi.* name)"),
+    "request": ("client", "service index (arg % 2), body (arg // 2 indexes BODIES)"),
+    "second-request": ("client", "service index; a second REQUEST on the same socket"),
+    "mmi": ("client", "index into MMI_QUERIES"),
+    "reply": ("worker", "PARTIALs before the FINAL (arg % 3), body (arg // 3: REPLY_BODIES)"),
+    "stray-reply": ("worker", "index into STRAY_REPLIES"),
     "heartbeat": ("worker", "unused"),
     "disconnect": ("worker", "unused"),
-    "die": ("worker", "unused"),
+    "die": ("worker", "0 this worker, 1 the worker holding a request (if any)"),
     "late-final": ("worker", "unused"),  # dies first if alive
     "unexpected": (
         "worker",
@@ -89,9 +131,10 @@ _UNEXPECTED: Final = (
 # request and time passing before anything interesting can happen.
 _WEIGHTED_KINDS: Final = (
     *("ready", "wait") * 3,
-    *("request",) * 4,
-    *("reply", "late-final", "pause", "disconnect") * 2,
-    *("die", "heartbeat", "unexpected", "garbage"),
+    *("request",) * 5,
+    *("reply",) * 3,
+    *("late-final", "pause", "disconnect", "die", "mmi", "stray-reply") * 2,
+    *("heartbeat", "unexpected", "garbage", "second-request"),
 )
 
 
@@ -178,6 +221,73 @@ _WEIGHTED_CLIENT_KINDS: Final = (
 )
 
 
+# The rules each step kind of a worker or client scenario exercises (the broker target counts
+# its checks where they are armed; see ``broker_target``), for the coverage report.
+STEP_RULES: Final[dict[str, dict[str, tuple[str, ...]]]] = {
+    "broker": {},
+    "worker": {
+        "request": ("MDP-R-01", "MDP-R-03", "MDP-W-02", "MDP-W-09", "MDP-W-10"),
+        "heartbeat": ("MDP-H-02",),
+        "silence": ("MDP-H-05", "MDP-H-06"),
+        "disconnect": ("MDP-W-17",),
+        "unexpected": ("MDP-D-17",),
+        "garbage": ("MDP-W-08",),
+        "wait": ("MDP-H-04",),
+    },
+    "client": {
+        "answer": ("MDP-C-01", "MDP-C-05", "MDP-C-07"),
+        "partial": ("MDP-C-05",),
+        "wrong-service": ("MDP-D-20",),
+        "garbage": ("MDP-W-08", "MDP-D-20"),
+        "wait": ("MDP-C-07", "MDP-C-02", "MDP-C-03"),
+    },
+}
+
+# The rules each target's checks can judge: a run warns about those it never exercised.
+JUDGED_RULES: Final[dict[str, tuple[str, ...]]] = {
+    "broker": (
+        "MDP-A-04",
+        "MDP-A-05",
+        "MDP-A-06",
+        "MDP-C-06",
+        "MDP-C-09",
+        "MDP-C-10",
+        "MDP-D-10",
+        "MDP-D-13",
+        "MDP-D-14",
+        "MDP-H-04",
+        "MDP-H-05",
+        "MDP-H-07",
+        "MDP-M-01",
+        "MDP-M-02",
+        "MDP-R-01",
+        "MDP-R-03",
+        "MDP-S-01",
+        "MDP-S-02",
+        "MDP-S-03",
+        "MDP-W-08",
+        "MDP-W-13",
+        "MDP-W-14",
+        "MDP-W-15",
+        "MDP-W-16",
+    ),
+    "worker": (
+        "MDP-D-17",
+        "MDP-H-04",
+        "MDP-H-05",
+        "MDP-H-06",
+        "MDP-R-01",
+        "MDP-R-03",
+        "MDP-W-02",
+        "MDP-W-08",
+        "MDP-W-09",
+        "MDP-W-10",
+        "MDP-W-17",
+    ),
+    "client": ("MDP-C-01", "MDP-C-02", "MDP-C-03", "MDP-C-05", "MDP-C-07", "MDP-D-20", "MDP-W-08"),
+}
+
+
 @dataclass(frozen=True, slots=True)
 class Step:
     """One thing one actor does; ``actor`` and ``arg`` are read as :data:`KINDS` says."""
@@ -199,18 +309,39 @@ def describe(step: Step, target: str = "broker") -> str:
 def _describe_broker_step(step: Step) -> str:
     w, c = f"w{step.actor}", f"c{step.actor}"
     match step.kind:
+        case "ready" if step.arg == SERVICES:
+            return f"{w}: connect a new socket, READY for a reserved mmi.* name"
         case "ready":
-            return f"{w}: connect a new socket, READY s{step.arg}"
+            return f"{w}: connect a new socket, READY s{step.arg % SERVICES}"
         case "request":
-            return f"{c}: REQUEST s{step.arg} (on a new socket if it still waits for a reply)"
+            body = BODIES[step.arg // SERVICES % len(BODIES)][0]
+            return (
+                f"{c}: REQUEST s{step.arg % SERVICES}, body {body} (on a new socket if it still "
+                "waits for a reply)"
+            )
+        case "second-request":
+            return (
+                f"{c}: (REQUEST s0 first if none outstanding) a second REQUEST "
+                f"s{step.arg % SERVICES} on the same socket"
+            )
+        case "mmi":
+            query = MMI_QUERIES[step.arg % len(MMI_QUERIES)]
+            return f"{c}: REQUEST {query} (on a new socket if it still waits for a reply)"
         case "reply":
-            return f"{w}: {step.arg} PARTIAL then FINAL to the request it holds"
+            extra = REPLY_BODIES[step.arg // 3 % len(REPLY_BODIES)][0]
+            return (
+                f"{w} (or the worker holding a request if it holds none): {step.arg % 3} PARTIAL "
+                f"then FINAL{extra} to the request it holds"
+            )
+        case "stray-reply":
+            return f"{w}: {STRAY_REPLIES[step.arg % len(STRAY_REPLIES)]}"
         case "heartbeat":
             return f"{w}: (READY s0 first if unregistered) HEARTBEAT now"
         case "disconnect":
             return f"{w}: (READY s0 first if unregistered) DISCONNECT"
         case "die":
-            return f"{w}: (READY s0 first if unregistered) die silently (sends nothing more)"
+            who = "the worker holding a request (else " + w + ")" if step.arg == 1 else w
+            return f"{who}: (READY s0 first if unregistered) die silently (sends nothing more)"
         case "late-final":
             return (
                 f"{w}: (READY s0 first if unregistered) die silently, and once certainly expired "
@@ -290,9 +421,17 @@ def _broker_step(kind: str) -> st.SearchStrategy[Step]:
     # busy workers and their requests need a worker and requests on one service.
     service = st.sampled_from((0, 0, 0, *range(1, SERVICES)))
     argument = {
-        "ready": service,
-        "request": service,
-        "reply": st.integers(0, 2),
+        "ready": st.sampled_from((0, 0, 0, *range(1, SERVICES), SERVICES)),
+        "request": st.builds(
+            lambda svc, body: svc + SERVICES * body,
+            service,
+            st.sampled_from((0, 0, *range(1, len(BODIES)))),
+        ),
+        "second-request": service,
+        "mmi": st.integers(0, len(MMI_QUERIES) - 1),
+        "stray-reply": st.integers(0, len(STRAY_REPLIES) - 1),
+        "die": st.integers(0, 1),
+        "reply": st.integers(0, 3 * len(REPLY_BODIES) - 1),
         "wait": st.integers(1, 6),
         "pause": st.integers(1, 4),
         "unexpected": st.integers(0, len(_UNEXPECTED) - 1),

@@ -11,8 +11,10 @@ would run against a dead target.
 from __future__ import annotations
 
 import random
+import shlex
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -23,13 +25,23 @@ from hypothesis.errors import NoSuchExample
 
 from .broker_target import BrokerRun, NeverServed, TargetDied, Timing, Violation
 from .client_target import ClientRun
-from .scenario import TARGETS, Replay, Step, describe, save_replay, scenarios
+from .scenario import (
+    JUDGED_RULES,
+    STEP_RULES,
+    TARGETS,
+    Replay,
+    Step,
+    describe,
+    save_replay,
+    scenarios,
+)
 from .worker_target import WorkerRun
 
 __all__ = [
     "Finding",
     "FuzzOptions",
     "FuzzResult",
+    "format_coverage",
     "format_finding",
     "fuzz",
     "fuzz_broker",
@@ -39,10 +51,14 @@ __all__ = [
 ]
 
 
+_ROUND = 25  # scenarios per round of the search at most
+
+
 class _Run(Protocol):
     """What the search needs of a target: one of BrokerRun, WorkerRun, ClientRun."""
 
     examples: int
+    coverage: Counter[str]
 
     def first_probe(self) -> list[Violation]: ...
 
@@ -68,9 +84,14 @@ class FuzzOptions:
     examples: int = 100
     max_steps: int = 12
     time_budget: float = 60.0
-    seed: int = 0
+    seed: int | None = None  # None: a fresh one, reported in FuzzResult.seed
     findings_dir: Path | None = None
     first: bool = False  # stop at the first violation found (after shrinking it)
+    # The dispatch policy the target says it follows where MDP-A-04 leaves the choice open
+    # ("lru": the worker idle longest gets the next request); None: not judged.
+    dispatch: str | None = None
+    mmi: bool = True  # judge the MMI answers (MDP-M-01, MDP-M-02): the target implements RFC 8
+    stop_after: tuple[str, ...] = ()  # stop once one of these rules is found (measurements)
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +101,7 @@ class Finding:
     violation: Violation
     steps: list[Step]
     replay_file: Path | None = None
+    seconds: float | None = None  # from the start of the run until the rule was first seen
 
 
 @dataclass
@@ -90,21 +112,55 @@ class FuzzResult:
     examples: int = 0
     seconds: float = 0.0
     never_served: str = ""  # why no scenario could run, when the peer never served
+    seed: int = 0  # the seed the search used: ``--seed`` repeats it
+    coverage: Counter[str] = field(default_factory=Counter)  # rule id -> times exercised
+    judged: tuple[str, ...] = ()  # the rules this target's checks can judge
 
     @property
     def rules(self) -> list[str]:
         return [f.violation.rule for f in self.findings]
 
+    @property
+    def scenarios_per_second(self) -> float:
+        return self.examples / self.seconds if self.seconds > 0 else 0.0
 
-def format_finding(finding: Finding, target: str = "broker") -> str:
-    """A finding as the readable block ``domo fuzz`` prints."""
-    lines = [f"{finding.violation.rule}: {finding.violation.explanation}", "  scenario:"]
+    @property
+    def never_reached(self) -> list[str]:
+        """Judged rules that no scenario of this run exercised."""
+        return [rule for rule in self.judged if self.coverage[rule] == 0]
+
+
+def format_coverage(result: FuzzResult) -> str:
+    """Per rule id, how many times a scenario exercised it; then the rules never reached."""
+    counts = ", ".join(f"{rule} {result.coverage[rule]}" for rule in sorted(result.coverage))
+    lines = [f"domo fuzz: rule coverage: {counts or 'nothing exercised'}"]
+    if result.never_reached:
+        lines.append(
+            f"domo fuzz: warning: rules never reached: {', '.join(result.never_reached)} "
+            "(give the search more time or steps)"
+        )
+    return "\n".join(lines)
+
+
+def format_finding(
+    finding: Finding,
+    target: str = "broker",
+    endpoint: str = "ENDPOINT",
+    command: str | Sequence[str] | None = None,
+) -> str:
+    """A finding as the readable block ``domo fuzz`` prints; the replay hint names ``endpoint``
+    and ``command`` (the ones the run used), so that it can be pasted as it is."""
+    when = "" if finding.seconds is None else f" (after {finding.seconds:.1f} s)"
+    lines = [f"{finding.violation.rule}: {finding.violation.explanation}{when}", "  scenario:"]
     lines += [f"    {i}. {describe(s, target)}" for i, s in enumerate(finding.steps, 1)]
     if not finding.steps:
         lines.append("    (none: seen while the peer first connected)")
     if finding.replay_file is not None:
-        peer = "" if target == "broker" else " [--exec CMD]"
-        lines.append(f"  replay: domo fuzz --replay {finding.replay_file} ENDPOINT{peer}")
+        hint = ["domo", "fuzz", "--replay", str(finding.replay_file), endpoint]
+        if command is not None:
+            text = command if isinstance(command, str) else shlex.join(command)
+            hint += ["--exec", text]
+        lines.append(f"  replay: {shlex.join(hint)}")
     return "\n".join(lines)
 
 
@@ -114,7 +170,7 @@ def open_run(options: FuzzOptions) -> _Run:
     if options.target == "broker":
         if options.command is not None:
             raise ValueError("--exec starts a worker or client; start the broker yourself")
-        return BrokerRun(options.endpoint, timing)
+        return BrokerRun(options.endpoint, timing, dispatch=options.dispatch, mmi=options.mmi)
     if options.target == "worker":
         return WorkerRun(options.endpoint, timing, options.command)
     if options.target == "client":
@@ -132,9 +188,19 @@ def fuzz(options: FuzzOptions, progress: TextIO | None = sys.stderr) -> FuzzResu
 
     ``ValueError`` for an endpoint that cannot be bound or a command that cannot be started.
     """
+    seed = options.seed if options.seed is not None else random.SystemRandom().randrange(2**32)
+    options = replace(options, seed=seed)
     run = open_run(options)
-    result = FuzzResult()
+    # MDP-A-04 is a MAY: judged only when the target says which choice it made; the MMI rules
+    # only when it implements MMI.
+    skipped = {"MDP-A-04"} if options.dispatch is None else set()
+    skipped |= set() if options.mmi else {"MDP-M-01", "MDP-M-02", "MDP-D-14"}
+    judged = tuple(rule for rule in JUDGED_RULES[options.target] if rule not in skipped)
+    result = FuzzResult(seed=seed, judged=judged)
     start = time.monotonic()
+    if progress is not None:
+        progress.write(f"domo fuzz: seed {seed} (--seed {seed} repeats this search)\n")
+        progress.flush()
     if progress is not None and isinstance(run, WorkerRun | ClientRun):
         who = "starting it with --exec" if options.command is not None else "start it now"
         progress.write(f"domo fuzz: bound {run.endpoint} for the {options.target}; {who}\n")
@@ -151,8 +217,9 @@ def fuzz(options: FuzzOptions, progress: TextIO | None = sys.stderr) -> FuzzResu
         for violation in first:
             if violation.rule not in found:
                 found.add(violation.rule)
-                result.findings.append(_finding(options, violation, []))
-        rng = random.Random(options.seed)
+                result.findings.append(_finding(options, violation, [], time.monotonic() - start))
+        rng = random.Random(seed)
+        first_seen: dict[str, float] = {}
         if options.examples == 0:
             return result
         died: list[tuple[Violation, list[Step]]] = []
@@ -176,13 +243,23 @@ def fuzz(options: FuzzOptions, progress: TextIO | None = sys.stderr) -> FuzzResu
                 ):
                     stop.append(True)
                     return False
+                if options.target != "broker":  # the broker target counts its own checks
+                    for step in steps:
+                        run.coverage.update(STEP_RULES[options.target].get(step.kind, ()))
                 try:
                     seen = run.run(steps)
                 except TargetDied as dead:
                     died.append((dead.violation, list(steps)))
-                    failing[tuple(steps)] = [dead.violation]
+                    failing[tuple(steps)] = [
+                        *(v for v in dead.seen if v.rule not in found),
+                        dead.violation,
+                    ]
+                    for v in failing[tuple(steps)]:
+                        first_seen.setdefault(v.rule, time.monotonic() - start)
                     return True
                 _show(progress, run.examples, elapsed, found, options)
+                for v in seen:
+                    first_seen.setdefault(v.rule, time.monotonic() - start)
                 new = [v for v in seen if v.rule not in found]
                 if new:
                     failing[tuple(steps)] = new
@@ -194,7 +271,9 @@ def fuzz(options: FuzzOptions, progress: TextIO | None = sys.stderr) -> FuzzResu
                     breaks_new_rule,
                     settings=settings(
                         database=None,
-                        max_examples=max(1, options.examples - run.examples),
+                        # Rounds of a bounded size: once the budget is spent, Hypothesis
+                        # would otherwise go on drawing the rest of max_examples for nothing.
+                        max_examples=max(1, min(_ROUND, options.examples - run.examples)),
                         deadline=None,
                         suppress_health_check=list(HealthCheck),
                         phases=[Phase.generate, Phase.shrink],
@@ -202,24 +281,36 @@ def fuzz(options: FuzzOptions, progress: TextIO | None = sys.stderr) -> FuzzResu
                     random=rng,
                 )
             except NoSuchExample:
-                break
+                if stop or died or run.examples >= options.examples:
+                    break
+                continue
             except Exception:
                 if not failing:
                     raise
                 steps = list(sorted(failing.keys(), key=len)[0])
             if died:
-                violation, steps = died[0]
-                result.findings.append(_finding(options, violation, steps))
+                _, steps = died[0]
+                for violation in failing.get(tuple(steps), []):
+                    if violation.rule not in found:
+                        found.add(violation.rule)
+                        result.findings.append(
+                            _finding(options, violation, steps, first_seen.get(violation.rule))
+                        )
                 break
             for violation in failing.get(tuple(steps), []):
                 if violation.rule not in found:
                     found.add(violation.rule)
-                    result.findings.append(_finding(options, violation, steps))
+                    result.findings.append(
+                        _finding(options, violation, steps, first_seen.get(violation.rule))
+                    )
             if stop or not failing or (options.first and result.findings):
+                break
+            if found & set(options.stop_after):
                 break
     finally:
         run.close()
         result.examples = run.examples
+        result.coverage = Counter(run.coverage)
         result.seconds = time.monotonic() - start
         if progress is not None:
             progress.write("\n")
@@ -258,12 +349,14 @@ def replay_file(
         try:
             return seen + run.run(replay.steps)
         except TargetDied as dead:
-            return [*seen, dead.violation]
+            return [*seen, *dead.seen, dead.violation]
     finally:
         run.close()
 
 
-def _finding(options: FuzzOptions, violation: Violation, steps: list[Step]) -> Finding:
+def _finding(
+    options: FuzzOptions, violation: Violation, steps: list[Step], seconds: float | None = None
+) -> Finding:
     path = None
     if options.findings_dir is not None:
         path = options.findings_dir / f"{options.target}-{violation.rule}.json"
@@ -278,7 +371,7 @@ def _finding(options: FuzzOptions, violation: Violation, steps: list[Step]) -> F
                 violation.explanation,
             ),
         )
-    return Finding(violation, steps, path)
+    return Finding(violation, steps, path, seconds)
 
 
 def _show(

@@ -182,7 +182,7 @@ class WorkerRun(BoundRun):
             self.pump(time.monotonic() + 0.005)
         exited = self.peer.exited() if self.peer is not None else None
         if exited is not None or not self.probe(self.reconnect_timeout):
-            raise TargetDied(self.died(provoked, exited))
+            raise TargetDied(self.died(provoked, exited), self.violations)
         self.forget_closed()
         return self.violations
 

@@ -1,0 +1,74 @@
+"""Each planted broker misbehaves on its own: a short scenario written by hand shows its flaw,
+named by the rule it breaks, and the unaltered planted broker passes the same steps.
+
+These are the direct checks of the planted suite (``tests/fuzz/planted_broker.py``): a flaw the
+search then misses is the search's miss, not a plant that does nothing. The find rate of the
+search over the whole suite is measured by ``tests/fuzz/measure_planted.py`` (``nox -s
+fuzz_planted``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from domo.fuzz import FuzzOptions, Replay, Step, replay_file
+
+from .conftest import INTERVAL, LIVENESS
+
+S = Step
+# flaw -> (rule, steps that show it)
+DIRECT: dict[str, tuple[str, list[Step]]] = {
+    "drop-partial": ("MDP-R-01", [S("ready"), S("request"), S("wait", 0, 2), S("reply", 0, 1)]),
+    "no-redispatch": (
+        "MDP-S-01",
+        [S("ready"), S("ready", 1), S("request"), S("wait", 0, 2), S("die", 0, 1), S("wait", 0, 8)],
+    ),
+    "slow-heartbeat": ("MDP-H-04", [S("wait", 0, 2)]),
+    "no-dispatch-on-ready": ("MDP-C-10", [S("request"), S("wait", 0, 2), S("ready")]),
+    "no-dispatch-on-final": (
+        "MDP-A-05",
+        [S("ready"), S("request"), S("request", 1), S("wait", 0, 2), S("reply")],
+    ),
+    "second-request-queued": ("MDP-S-02", [S("ready"), S("ready", 1), S("second-request")]),
+    "truncate-body": ("MDP-S-03", [S("ready"), S("request", 0, 4), S("wait", 0, 2)]),
+    "strip-empty-frames": (
+        "MDP-S-03",
+        [S("ready"), S("request"), S("wait", 0, 2), S("reply", 0, 3), S("wait", 0, 2)],
+    ),
+    "cut-large-body": ("MDP-S-03", [S("ready"), S("request", 0, 8), S("wait", 0, 2)]),
+    "no-disconnect-on-unexpected": ("MDP-W-15", [S("ready"), S("unexpected", 0, 0)]),
+    "forward-stray-reply": ("MDP-D-10", [S("request"), S("stray-reply", 0, 0), S("wait", 0, 2)]),
+    "heartbeat-expired": ("MDP-H-07", [S("ready"), S("die"), S("wait", 0, 8), S("wait", 0, 4)]),
+    "mmi-404-for-busy": (
+        "MDP-M-01",
+        [S("ready"), S("request"), S("wait", 0, 6), S("wait", 0, 4), S("mmi", 1, 0)],
+    ),
+    "mmi-unknown-404": ("MDP-M-02", [S("mmi", 0, 3), S("wait", 0, 2)]),
+    "register-mmi-ready": ("MDP-D-14", [S("ready", 0, 2), S("wait", 0, 8)]),
+    "busy-dispatch": (
+        "MDP-A-06",
+        [S("ready"), S("request"), S("request", 1), S("wait", 0, 2)],
+    ),
+    "late-final": (
+        "MDP-D-10",
+        [S("ready"), S("request"), S("die"), S("wait", 0, 6), S("late-final"), S("wait", 0, 2)],
+    ),
+    "ignore-disconnect": ("MDP-W-13", [S("ready", 0, 1), S("disconnect"), S("wait", 0, 4)]),
+    "no-heartbeat": ("MDP-H-04", [S("ready"), S("wait", 0, 8)]),
+    "early-expiry": ("MDP-H-05", [S("ready"), S("pause", 0, 4), S("wait", 0, 6)]),
+    "die-on-garbage": ("MDP-W-16", [S("garbage", 0, 1)]),
+}
+
+
+def _replay(endpoint: str, steps: list[Step]) -> list[str]:
+    replay = Replay("broker", INTERVAL, LIVENESS, steps)
+    return [v.rule for v in replay_file(FuzzOptions(endpoint), replay)]
+
+
+@pytest.mark.parametrize("flaw", sorted(DIRECT))
+def test_planted_broker_misbehaves(planted: Callable[[str], str], flaw: str) -> None:
+    rule, steps = DIRECT[flaw]
+    assert rule in _replay(planted(flaw), steps)
+    assert _replay(planted("none"), steps) == []
