@@ -654,7 +654,11 @@ async def _fuzz(args: argparse.Namespace) -> int:
     try:
         from domo import fuzz
     except ImportError as error:
-        print(f"domo fuzz: needs hypothesis (pip install 'domo[fuzz]'): {error}", file=sys.stderr)
+        print(
+            "domo fuzz: needs hypothesis (pip install '.[fuzz]' in domo's source directory): "
+            f"{error}",
+            file=sys.stderr,
+        )
         return EXIT_USAGE
     if args.heartbeat_interval > 0.5 and args.replay is None:  # a replay uses its file's
         print(

@@ -40,6 +40,8 @@ def test_finds_replays_and_exits_1(planted: Callable[[str], str], tmp_path: Path
     assert found.returncode == 1, found.stderr
     assert "MDP-W-13:" in found.stdout
     assert "scenario:" in found.stdout
+    assert "\r" not in found.stderr  # stderr is a pipe here: no progress line for a log
+    assert "examples, " not in found.stderr
     replay_file = tmp_path / "broker-MDP-W-13.json"
     again = _domo("fuzz", endpoint, "--replay", str(replay_file))
     assert again.returncode == 1, again.stderr

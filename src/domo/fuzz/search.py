@@ -312,8 +312,8 @@ def fuzz(options: FuzzOptions, progress: TextIO | None = sys.stderr) -> FuzzResu
         result.examples = run.examples
         result.coverage = Counter(run.coverage)
         result.seconds = time.monotonic() - start
-        if progress is not None:
-            progress.write("\n")
+        if progress is not None and _is_terminal(progress):
+            progress.write("\n")  # ends the progress line
     return result
 
 
@@ -374,10 +374,16 @@ def _finding(
     return Finding(violation, steps, path, seconds)
 
 
+def _is_terminal(stream: TextIO) -> bool:
+    """Whether ``stream`` is a terminal: a '\\r' progress line is for people, not for a log."""
+    isatty = getattr(stream, "isatty", None)
+    return bool(isatty is not None and isatty())
+
+
 def _show(
     progress: TextIO | None, examples: int, elapsed: float, found: set[str], o: FuzzOptions
 ) -> None:
-    if progress is None:
+    if progress is None or not _is_terminal(progress):
         return
     rules = ", ".join(sorted(found)) or "none"
     progress.write(
