@@ -24,6 +24,7 @@ from .errors import (
     ClientClosed,
     DomoError,
     RemoteError,
+    RequestError,
     RequestFailed,
     RequestTimeout,
 )
@@ -42,6 +43,7 @@ __all__ = [
     "RemoteError",
     "Reply",
     "ReplyStream",
+    "RequestError",
     "RequestFailed",
     "RequestTimeout",
     "Transport",

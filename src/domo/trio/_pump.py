@@ -24,7 +24,6 @@ waits until ``reconnect_at`` and opens a new one. A DEALER has one pipe, so ther
 
 from __future__ import annotations
 
-import logging
 import math
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
@@ -35,31 +34,15 @@ import trio
 from domo.protocol import Broker
 from domo.protocol.events import BrokerEvent, ReconnectRequired
 from domo.protocol.mdp import BodyFrame
+from domo.runtime.pumping import flush_router, log_event
 
-from ._transport import EAGAIN, EHOSTUNREACH, SENT, Connection
+from ._transport import SENT, Connection
 
-__all__ = ["BATCH", "SessionPump", "log_event", "pump_router"]
+__all__ = ["BATCH", "SessionPump", "flush_router", "log_event", "pump_router"]
 
 BATCH = 256  # messages handled per wake-up: one checkpoint per batch, and a flood can't hog us
 
 E = TypeVar("E")
-
-# Per-request and per-message events log at DEBUG, violations at WARNING, the rest at INFO.
-_LEVELS = {"ProtocolViolation": logging.WARNING} | dict.fromkeys(
-    ("RequestQueued", "RequestDispatched", "PartialForwarded", "RequestCompleted"),
-    logging.DEBUG,
-)
-_LEVELS |= dict.fromkeys(
-    ("MessageDropped", "RequestSent", "PartialReceived", "FinalReceived", "RequestReceived"),
-    logging.DEBUG,
-)
-
-
-def log_event(logger: logging.Logger, event: object) -> None:
-    """Log a core event at a level fitting its kind."""
-    level = _LEVELS.get(type(event).__name__, logging.INFO)
-    if logger.isEnabledFor(level):
-        logger.log(level, "%r", event)
 
 
 async def pump_router(
@@ -100,29 +83,6 @@ async def pump_router(
         now = trio.current_time()  # the deadline passed: fire the timers that are due
         emit(broker.tick(now))
         flush_router(broker, conn, now, emit)
-
-
-def flush_router(
-    broker: Broker,
-    conn: Connection[BodyFrame],
-    now: float,
-    emit: Callable[[Iterable[BrokerEvent]], None],
-) -> None:
-    """Send the broker's outbox; report each peer that cannot take a message, once per flush."""
-    failed: set[bytes] = set()
-    while outbox := broker.take_outgoing():
-        for peer, frames in outbox:
-            if peer in failed:
-                continue  # the broker was told; the rest of its messages are stale
-            result = conn.send((peer, *frames))
-            if result == SENT:
-                continue
-            failed.add(peer)
-            if result == EAGAIN:
-                emit(broker.peer_congested(peer, now))
-            else:
-                assert result == EHOSTUNREACH
-                emit(broker.peer_unreachable(peer, now))
 
 
 class Session(Protocol[E]):
