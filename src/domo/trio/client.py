@@ -40,7 +40,6 @@ from __future__ import annotations
 import logging
 import math
 from collections import deque
-from dataclasses import dataclass
 from types import TracebackType
 from typing import Self
 
@@ -56,6 +55,7 @@ from domo.protocol.events import (
     RequestFailed,
     RequestSent,
 )
+from domo.runtime.replies import Reply
 
 from ._pump import BATCH, log_event
 from ._transport import SENT, Connection, Transport, ZmqTransport
@@ -66,14 +66,6 @@ __all__ = ["Client", "Reply", "ReplyStream", "call"]
 logger = logging.getLogger("domo.client")
 
 _REPLY_EVENTS = (PartialReceived, FinalReceived, RequestFailed)  # what a request's reader gets
-
-
-@dataclass(frozen=True, slots=True)
-class Reply:
-    """One reply to a request: a PARTIAL (``final`` false) or the FINAL."""
-
-    body: list[bytes]
-    final: bool
 
 
 class _Slot:
