@@ -445,7 +445,7 @@ def fmt(value: float) -> str:
 
 def table(samples: list[dict[str, Any]], systems: list[str]) -> str:
     data = medians(samples)
-    ours = [n for n in ("domo", "domo+pyzmq") if n in systems]
+    ours = [n for n in ("domo", "domo+pyzmq", "domo.sync", "domo.asyncio") if n in systems]
     pairs: list[tuple[str, str]] = [
         (a, b) for a in ours for b in ("majortomo", "raw") if b in systems
     ]
@@ -554,6 +554,8 @@ def main() -> None:
     systems = [
         System("domo", py, "domo", "domo", "domo"),
         System("domo+pyzmq", py, "domo", "hand", "domo"),
+        System("domo.sync", py, "domo", "sync", "domo"),
+        System("domo.asyncio", py, "asyncio", "asyncio", "domo"),
         System("raw", py, "raw", "raw", "raw"),
     ]
     if not (args.quick or args.no_majortomo):
