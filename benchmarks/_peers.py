@@ -11,8 +11,9 @@ Systems per role:
   ``majortomo`` (its ``Broker``), ``raw`` (a ROUTER that
   forwards bodies between clients and workers with no protocol at all: the ceiling);
 - worker and client: ``domo`` (``domo.trio``'s ``run_worker``, ``Client``), ``sync``
-  (``domo.sync``: a thread per session in the client), ``asyncio`` (``domo.asyncio``), ``hand`` (blocking pyzmq framed by
-  hand per RFC 18, against domo's broker), ``majortomo`` (its ``Worker`` and ``Client``), ``raw``.
+  (``domo.sync``: a thread per session in the client), ``asyncio`` (``domo.asyncio``), ``hand``
+  (blocking pyzmq framed by hand per RFC 18, against domo's broker), ``majortomo`` (its
+  ``Worker`` and ``Client``), ``raw``.
 
 A client process prints ``warm`` after its warm-up requests, waits for ``go`` on stdin, sends
 requests back to back on each of its sessions for ``--duration`` seconds and prints one JSON line:
