@@ -50,18 +50,15 @@ from domo.runtime import (
     service_name,
 )
 
+from ._socket import readable, receive, send
+
 __all__ = ["Client", "ReplyStream", "call"]
 
 logger = logging.getLogger("domo.client")
 
 _POLLIN: Final = zmq.POLLIN
 _POLLOUT: Final = zmq.POLLOUT
-_NOBLOCK: Final = zmq.NOBLOCK
 _poll: Any = zmq.zmq_poll
-
-
-def _events(socket: zmq.Socket[bytes]) -> int:
-    return socket.get(zmq.EVENTS)  # type: ignore[return-value]  # an int for EVENTS
 
 
 class _Slot:
@@ -110,8 +107,8 @@ class _Slot:
         socket = self.connect()
         # A stray reply that reached the idle socket is read now, with no request outstanding,
         # so that it is dropped (MDP-D-20) rather than taken for this request's.
-        while _events(socket) & _POLLIN:
-            self.handle(self.session.receive(socket.recv_multipart(), self.now()))
+        while readable(socket):
+            self.handle(self.session.receive(receive(socket), self.now()))
         self.collecting = True
         self.handle(self.session.request(service, body, self.now()))
 
@@ -125,9 +122,7 @@ class _Slot:
             unsent.extend(session.take_outgoing())
             full = False
             while unsent:
-                try:
-                    socket.send_multipart(unsent[0], _NOBLOCK)
-                except zmq.Again:  # the pipe is full (the broker is not reading): wait for room
+                if not send(socket, unsent[0]):  # the pipe is full: wait for room
                     full = True
                     break
                 unsent.popleft()
@@ -140,7 +135,7 @@ class _Slot:
             events = _poll([(socket, _POLLIN | _POLLOUT if full else _POLLIN)], timeout)
             now = self.now()
             if events and events[0][1] & _POLLIN:
-                self.handle(session.receive(socket.recv_multipart(), now))
+                self.handle(session.receive(receive(socket), now))
             else:
                 self.handle(session.tick(now))
         return replies.popleft()

@@ -41,6 +41,8 @@ from domo.protocol import WorkerConfig, WorkerSession, mdp
 from domo.protocol.events import ReconnectRequired, RequestReceived, WorkerEvent
 from domo.runtime import Body, HandlerError, as_frames, error_body, log_event, service_name
 
+from ._socket import readable, receive, send
+
 __all__ = ["Body", "Handler", "run_worker"]
 
 logger = logging.getLogger("domo.worker")
@@ -49,12 +51,7 @@ Handler: TypeAlias = Callable[[list[bytes]], Body | Iterator[Body]]
 
 _POLLIN: Final = zmq.POLLIN
 _POLLOUT: Final = zmq.POLLOUT
-_NOBLOCK: Final = zmq.NOBLOCK
 _poll: Any = zmq.zmq_poll
-
-
-def _events(socket: zmq.Socket[bytes]) -> int:
-    return socket.get(zmq.EVENTS)  # type: ignore[return-value]  # an int for EVENTS
 
 
 _STOP_CHECK: Final = 0.1  # seconds: how soon a set ``stop`` is noticed by an idle worker
@@ -194,8 +191,8 @@ class _Serving:
         now = self._now()
         session = self.session
         received = 0
-        while received < BATCH and _events(socket) & _POLLIN:
-            self._handle(session.receive(socket.recv_multipart(), now))
+        while received < BATCH and readable(socket):
+            self._handle(session.receive(receive(socket), now))
             received += 1
         if not received:
             self._handle(session.tick(now))
@@ -218,9 +215,7 @@ class _Serving:
         unsent = self._unsent
         unsent.extend(self.session.take_outgoing())
         while unsent:
-            try:
-                socket.send_multipart(unsent[0], _NOBLOCK)
-            except zmq.Again:
+            if not send(socket, unsent[0]):
                 return False
             unsent.popleft()
         return True
@@ -305,7 +300,7 @@ class _Serving:
                     self._busy
                     and socket is not None
                     and deadline is not None
-                    and (deadline <= time.monotonic() or _events(socket) & _POLLIN)
+                    and (deadline <= time.monotonic() or readable(socket))
                 ):
                     self._step(socket)
             except Exception:
