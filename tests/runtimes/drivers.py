@@ -200,12 +200,17 @@ class TrioRuntime:
 
     @contextmanager
     def client(self, endpoint: str, *, timeout: float, retries: int) -> Iterator[Client]:
-        client = domo.trio.Client(endpoint, timeout=timeout, retries=retries)
-        self.call(client.__aenter__)
+        async def hold(task_status: trio.TaskStatus[domo.trio.Client]) -> None:
+            # Entered and left in one task, as a Trio Client (it owns a nursery) must be.
+            async with domo.trio.Client(endpoint, timeout=timeout, retries=retries) as client:
+                task_status.started(client)
+                await trio.sleep_forever()
+
+        running = self.spawn(hold)
         try:
-            yield _PortalClient(self, client)
+            yield _PortalClient(self, running.result)  # type: ignore[attr-defined]
         finally:
-            self.call(client.__aexit__, None, None, None)
+            running.stop()
 
     def close(self) -> None:
         assert self._stop is not None

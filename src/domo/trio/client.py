@@ -40,6 +40,7 @@ from __future__ import annotations
 import logging
 import math
 from collections import deque
+from contextlib import AbstractAsyncContextManager
 from types import TracebackType
 from typing import Self
 
@@ -268,6 +269,7 @@ class Client:
         self._watchdog = _Watchdog(self._slots)
         self._entered = False
         self._closed = False
+        self._nursery_manager: AbstractAsyncContextManager[trio.Nursery] | None = None
 
     async def __aenter__(self) -> Self:
         if self._entered:
@@ -279,9 +281,12 @@ class Client:
             slot = _Slot(self, self.transport)
             self._slots.append(slot)
             self._idle_send.send_nowait(slot)
-        # A system task: it belongs to the Client, not to whichever task entered it, and it
-        # ends when the Client closes.
-        trio.lowlevel.spawn_system_task(self._watchdog.run, name=f"domo.Client({self.endpoint})")
+        # The watchdog runs in a nursery the Client owns, opened here and closed on exit: it
+        # ends when the Client closes, and a failure of it cancels the block that uses the
+        # Client instead of crashing the whole run (as a system task's would).
+        self._nursery_manager = manager = trio.open_nursery()
+        nursery = await manager.__aenter__()
+        nursery.start_soon(self._watchdog.run, name=f"domo.Client({self.endpoint})")
         return self
 
     async def __aexit__(
@@ -297,8 +302,14 @@ class Client:
             for slot in self._slots:
                 slot.close()  # a request waiting on a socket wakes with ClientClosed
         finally:
-            assert self.transport is not None
-            await self.transport.aclose()  # after every socket is closed
+            try:
+                assert self.transport is not None
+                await self.transport.aclose()  # after every socket is closed
+            finally:
+                # Told nothing of the block's exception: the nursery would wrap it in an
+                # ExceptionGroup. The watchdog is cancelled already, so this returns at once.
+                assert self._nursery_manager is not None
+                await self._nursery_manager.__aexit__(None, None, None)
 
     async def request(self, service: str | bytes, *frames: bytes) -> list[bytes]:
         """Send a request and return the body of its FINAL (PARTIALs are skipped)."""
