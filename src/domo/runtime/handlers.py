@@ -12,13 +12,14 @@ from collections.abc import Sequence
 from typing import TypeAlias
 
 from domo.protocol import mdp
+from domo.protocol.errors import DomoError
 
 __all__ = ["Body", "HandlerError", "as_frames"]
 
 Body: TypeAlias = bytes | Sequence[bytes]
 
 
-class HandlerError(Exception):
+class HandlerError(DomoError):
     """A handler broke the handler contract (for example, a generator that yielded nothing)."""
 
 
