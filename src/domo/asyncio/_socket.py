@@ -5,7 +5,7 @@ message that completes the future as the timeout cancels the task (the first ver
 runtime stalled that way: a REQUEST taken from the socket and never handed to the session), and
 its ``poll`` builds a ``Poller`` per call. So this is the pattern of ``domo.trio``'s transport,
 on asyncio: a plain socket, non-blocking sends and receives, and one place to sleep (``wait``),
-which reads ``EVENTS`` and, if nothing is ready, waits for ``ZMQ_FD`` with ``loop.add_reader``,
+which reads ``EVENTS`` and, if nothing is ready, waits for ``ZMQ_FD`` (``loop.add_reader``),
 with nothing touching the socket in between (the FD is edge-triggered: any call on the socket may
 consume its edge). A task that sends while another waits calls ``send``, which wakes the waiter if
 a message arrived meanwhile. It needs a loop with ``add_reader`` (not Windows' Proactor loop).
@@ -44,6 +44,20 @@ class AsyncConnection:
         self._fd: int = self.socket.getsockopt(zmq.FD)  # type: ignore[assignment]
         self._loop = asyncio.get_running_loop()
         self._waiter: asyncio.Future[None] | None = None
+        # Registered once, not per wait (that is two epoll_ctl calls a wait).
+        self._loop.add_reader(self._fd, self._readable)
+
+    def _readable(self) -> None:
+        """The FD fired: wake the waiter; with none, read EVENTS so the FD quiets down.
+
+        asyncio's epoll is level-triggered and ZMQ_FD stays readable until EVENTS is read;
+        reading it here is harmless, since ``wait`` reads EVENTS again before it sleeps.
+        """
+        waiter = self._waiter
+        if waiter is not None:
+            _wake(waiter)
+        elif not self.socket.closed:
+            _get(self.socket, _EVENTS)
 
     async def wait(self, deadline: float | None, writable: bool = False) -> bool:
         """Until a message is ready (or, if ``writable``, room to send) or ``deadline``.
@@ -58,7 +72,6 @@ class AsyncConnection:
             # EVENTS was just read, which re-arms the edge: wait for the FD with no call on
             # the socket in between.
             waiter = self._waiter = loop.create_future()
-            loop.add_reader(self._fd, _wake, waiter)
             try:
                 if deadline is None:
                     await waiter
@@ -69,7 +82,6 @@ class AsyncConnection:
                 return False
             finally:
                 self._waiter = None
-                loop.remove_reader(self._fd)
         return True
 
     def receive(self, limit: int) -> list[list[bytes]]:
@@ -125,6 +137,7 @@ class AsyncConnection:
         if waiter is not None:
             _wake(waiter)
         if not self.socket.closed:
+            self._loop.remove_reader(self._fd)
             self.socket.close(linger=int(linger * 1000))
 
 
