@@ -56,8 +56,8 @@ __all__ = ["Client", "ReplyStream", "call"]
 
 logger = logging.getLogger("domo.client")
 
-_POLLIN: Final = zmq.POLLIN
-_POLLOUT: Final = zmq.POLLOUT
+_POLLIN: Final = int(zmq.POLLIN)  # ints: an enum costs a Python call per operation
+_POLLOUT: Final = int(zmq.POLLOUT)
 _poll: Any = zmq.zmq_poll
 
 

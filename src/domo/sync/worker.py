@@ -49,8 +49,8 @@ logger = logging.getLogger("domo.worker")
 
 Handler: TypeAlias = Callable[[list[bytes]], Body | Iterator[Body]]
 
-_POLLIN: Final = zmq.POLLIN
-_POLLOUT: Final = zmq.POLLOUT
+_POLLIN: Final = int(zmq.POLLIN)  # ints: an enum costs a Python call per operation
+_POLLOUT: Final = int(zmq.POLLOUT)
 _poll: Any = zmq.zmq_poll
 
 
