@@ -72,6 +72,8 @@ class Events:
 class Client(Protocol):
     def request(self, service: str, *frames: bytes) -> list[bytes]: ...
     def stream(self, service: str, *frames: bytes, into: list[Reply]) -> None: ...
+    def request_all(self, service: str, bodies: Sequence[bytes]) -> list[list[bytes]]:
+        """One request per body, all at once (tasks, or threads for ``sync``); the replies."""
 
 
 class Running:
@@ -97,7 +99,9 @@ class Runtime(Protocol):
         on_event: Events | None = None,
     ) -> Running: ...
 
-    def client(self, endpoint: str, *, timeout: float, retries: int) -> Any: ...
+    def client(
+        self, endpoint: str, *, timeout: float, retries: int, concurrency: int = 1
+    ) -> Any: ...
 
     def close(self) -> None: ...
 
@@ -199,10 +203,14 @@ class TrioRuntime:
         return self.spawn(serve)
 
     @contextmanager
-    def client(self, endpoint: str, *, timeout: float, retries: int) -> Iterator[Client]:
+    def client(
+        self, endpoint: str, *, timeout: float, retries: int, concurrency: int = 1
+    ) -> Iterator[Client]:
         async def hold(task_status: trio.TaskStatus[domo.trio.Client]) -> None:
             # Entered and left in one task, as a Trio Client (it owns a nursery) must be.
-            async with domo.trio.Client(endpoint, timeout=timeout, retries=retries) as client:
+            async with domo.trio.Client(
+                endpoint, timeout=timeout, retries=retries, concurrency=concurrency
+            ) as client:
                 task_status.started(client)
                 await trio.sleep_forever()
 
@@ -236,6 +244,25 @@ class _PortalClient:
                     into.append(reply)
 
         self._runtime.call(read)
+
+    def request_all(self, service: str, bodies: Sequence[bytes]) -> list[list[bytes]]:
+        replies: list[list[bytes]] = [[] for _ in bodies]
+
+        async def one(index: int) -> None:
+            replies[index] = await self._client.request(service, bodies[index])
+
+        async def all_at_once() -> None:
+            if isinstance(self._runtime, TrioRuntime):
+                async with trio.open_nursery() as nursery:
+                    for index in range(len(bodies)):
+                        nursery.start_soon(one, index)
+            else:
+                async with asyncio.TaskGroup() as group:
+                    for index in range(len(bodies)):
+                        group.create_task(one(index))
+
+        self._runtime.call(all_at_once)
+        return replies
 
 
 # --- asyncio ------------------------------------------------------------------------------------
@@ -315,8 +342,12 @@ class AsyncioRuntime:
         )
 
     @contextmanager
-    def client(self, endpoint: str, *, timeout: float, retries: int) -> Iterator[Client]:
-        client = domo.asyncio.Client(endpoint, timeout=timeout, retries=retries)
+    def client(
+        self, endpoint: str, *, timeout: float, retries: int, concurrency: int = 1
+    ) -> Iterator[Client]:
+        client = domo.asyncio.Client(
+            endpoint, timeout=timeout, retries=retries, concurrency=concurrency
+        )
         self.call(client.__aenter__)
         try:
             yield _PortalClient(self, client)
@@ -386,8 +417,12 @@ class SyncRuntime:
         return Running(end)
 
     @contextmanager
-    def client(self, endpoint: str, *, timeout: float, retries: int) -> Iterator[Client]:
-        with domo.sync.Client(endpoint, timeout=timeout, retries=retries) as client:
+    def client(
+        self, endpoint: str, *, timeout: float, retries: int, concurrency: int = 1
+    ) -> Iterator[Client]:
+        with domo.sync.Client(
+            endpoint, timeout=timeout, retries=retries, concurrency=concurrency
+        ) as client:
             yield _SyncClient(client)
 
     def close(self) -> None:
@@ -405,6 +440,26 @@ class _SyncClient:
         with self._client.stream(service, *frames) as replies:
             for reply in replies:
                 into.append(reply)
+
+    def request_all(self, service: str, bodies: Sequence[bytes]) -> list[list[bytes]]:
+        """One thread per body, all sharing this one ``Client`` (its pool of sessions)."""
+        replies: list[list[bytes]] = [[] for _ in bodies]
+        errors: list[BaseException] = []
+
+        def one(index: int) -> None:
+            try:
+                replies[index] = self._client.request(service, bodies[index])
+            except BaseException as error:
+                errors.append(error)
+
+        threads = [threading.Thread(target=one, args=(i,)) for i in range(len(bodies))]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(LIMIT)
+        if errors:
+            raise errors[0]
+        return replies
 
 
 RUNTIMES: dict[str, Callable[[], Runtime]] = {

@@ -68,6 +68,27 @@ def test_partials_then_final(runtime: Runtime) -> None:
     broker.stop()
 
 
+def test_concurrent_requests_share_a_pool_of_sessions(runtime: Runtime) -> None:
+    events = Events()
+    endpoint, broker = runtime.broker(LOCAL, BROKER, events)
+    delay = 0.3
+    workers = [
+        runtime.worker(endpoint, "slow", lambda body: [("sleep", delay), ("yield", body)], WORKER)
+        for _ in range(3)
+    ]
+    bodies = [b"%d" % i for i in range(9)]
+    with runtime.client(endpoint, timeout=10, retries=0, concurrency=3) as client:
+        events.wait_for(WorkerRegistered, count=3)  # every worker ready before the clock starts
+        started = time.monotonic()
+        replies = client.request_all("slow", bodies)
+        elapsed = time.monotonic() - started
+    assert replies == [[body] for body in bodies]  # each caller got its own reply
+    assert elapsed < 9 * delay * 0.8  # three at a time, not one (that would take 2.7 s)
+    for worker in workers:
+        worker.stop()
+    broker.stop()
+
+
 def test_timeout_then_retries_exhausted(runtime: Runtime) -> None:
     endpoint, broker = runtime.broker(LOCAL, BROKER)
     with runtime.client(endpoint, timeout=0.2, retries=2) as client:
