@@ -264,6 +264,22 @@ class _PortalClient:
         self._runtime.call(all_at_once)
         return replies
 
+    def request_cancelled(self, service: str, body: bytes, after: float) -> None:
+        """A request whose task is cancelled after ``after`` seconds (the runtime's own way)."""
+
+        async def cancelled() -> None:
+            if isinstance(self._runtime, TrioRuntime):
+                with trio.move_on_after(after) as scope:
+                    await self._client.request(service, body)
+                assert scope.cancelled_caught, "the request was not cancelled"
+            else:
+                with suppress(TimeoutError):
+                    async with asyncio.timeout(after):
+                        await self._client.request(service, body)
+                    raise AssertionError("the request was not cancelled")
+
+        self._runtime.call(cancelled)
+
 
 # --- asyncio ------------------------------------------------------------------------------------
 

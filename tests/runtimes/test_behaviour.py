@@ -129,6 +129,22 @@ def test_retry_on_timeout_reaches_a_worker(runtime: Runtime) -> None:
     broker.stop()
 
 
+def test_cancelled_request_leaves_the_client_usable(runtime: Runtime) -> None:
+    if runtime.name == "sync":
+        pytest.skip("blocking code has no cancellation (a request ends by its timeout)")
+    endpoint, broker = runtime.broker(LOCAL, BROKER)
+    plan = lambda body: [("sleep", 0.5 if body[0] == b"slow" else 0.0), ("yield", body)]  # noqa: E731
+    worker = runtime.worker(endpoint, "svc", plan, WORKER)
+    with runtime.client(endpoint, timeout=5, retries=0) as client:
+        client.request_cancelled("svc", b"slow", after=0.1)
+        # The session replaced its socket: the slow reply, when it comes, reaches nobody.
+        assert client.request("svc", b"next") == [b"next"]
+        time.sleep(0.6)
+        assert client.request("svc", b"last") == [b"last"]
+    worker.stop()
+    broker.stop()
+
+
 def failing(body: list[bytes]) -> Sequence[Step]:
     if body[0] == b"fail":
         return [("raise", "no such thing")]
