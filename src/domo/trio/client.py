@@ -50,23 +50,22 @@ import zmq
 from domo.protocol import ClientConfig, ClientSession, ClientState, mdp
 from domo.protocol.events import (
     ClientEvent,
-    FinalReceived,
     PartialReceived,
     ReconnectRequired,
-    RequestFailed,
     RequestSent,
 )
+from domo.runtime.replies import REPLY_EVENTS as _REPLY_EVENTS
 from domo.runtime.replies import Reply
+from domo.runtime.replies import final_body as _final_body
+from domo.runtime.replies import service_name as _service_name
 
 from ._pump import BATCH, log_event
 from ._transport import SENT, Connection, Transport, ZmqTransport
-from .errors import ClientClosed, DomoError, RemoteError, RequestTimeout, parse_error_body
+from .errors import ClientClosed, DomoError
 
 __all__ = ["Client", "Reply", "ReplyStream", "call"]
 
 logger = logging.getLogger("domo.client")
-
-_REPLY_EVENTS = (PartialReceived, FinalReceived, RequestFailed)  # what a request's reader gets
 
 
 class _Slot:
@@ -353,24 +352,6 @@ class Client:
                 return await self._idle.receive()
         except (trio.EndOfChannel, trio.ClosedResourceError):
             raise ClientClosed("the client was closed") from None
-
-
-def _service_name(service: str | bytes) -> bytes:
-    return service.encode("ascii") if isinstance(service, str) else service
-
-
-def _final_body(service: bytes, event: ClientEvent) -> list[bytes]:
-    """The body of the FINAL that ended a request, or the error that ended it instead."""
-    if isinstance(event, RequestFailed):
-        if event.reason == "cancelled":
-            raise ClientClosed("the client was closed")
-        raise RequestTimeout(service, event.attempts, event.reason)
-    assert isinstance(event, FinalReceived)
-    body = list(event.body)
-    error = parse_error_body(body)
-    if error is not None:
-        raise RemoteError(service, event.attempt, *error)
-    return body
 
 
 class ReplyStream:

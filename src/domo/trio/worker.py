@@ -33,7 +33,7 @@ import contextvars
 import logging
 import math
 import types
-from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Generator
 from typing import Any, TypeAlias, TypeVar, cast
 
 import trio
@@ -41,6 +41,8 @@ import zmq
 
 from domo.protocol import WorkerConfig, WorkerSession, mdp
 from domo.protocol.events import RequestAbandoned, RequestReceived, WorkerEvent
+from domo.runtime.handlers import Body, HandlerError
+from domo.runtime.handlers import as_frames as _frames
 
 from ._pump import SessionPump, log_event
 from ._transport import Transport, ZmqTransport
@@ -51,12 +53,7 @@ __all__ = ["Body", "Handler", "run_worker"]
 logger = logging.getLogger("domo.worker")
 
 T = TypeVar("T")
-Body: TypeAlias = bytes | Sequence[bytes]
 Handler: TypeAlias = Callable[[list[bytes]], Awaitable[Body] | AsyncIterator[Body]]
-
-
-class HandlerError(Exception):
-    """A handler broke the handler contract (for example, a generator that yielded nothing)."""
 
 
 async def run_worker(
@@ -212,8 +209,3 @@ def _in_context(context: contextvars.Context, awaitable: Awaitable[T]) -> Genera
             raise
         except BaseException as exc:
             value, error = None, exc
-
-
-def _frames(value: object) -> mdp.Frames:
-    """A handler's answer as frames; raises if it is not a valid body."""
-    return (value,) if isinstance(value, bytes) else mdp.check_body(value)
