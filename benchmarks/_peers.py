@@ -7,10 +7,13 @@ code is imported inside the function that uses it.
 
 Systems per role:
 
-- broker: ``domo`` (``serve_broker``), ``majortomo`` (its ``Broker``), ``raw`` (a ROUTER that
+- broker: ``domo`` (``domo.trio.serve_broker``), ``asyncio`` (``domo.asyncio.serve_broker``),
+  ``majortomo`` (its ``Broker``), ``raw`` (a ROUTER that
   forwards bodies between clients and workers with no protocol at all: the ceiling);
-- worker and client: ``domo`` (``run_worker``, ``Client``), ``hand`` (blocking pyzmq framed by
-  hand per RFC 18, against domo's broker), ``majortomo`` (its ``Worker`` and ``Client``), ``raw``.
+- worker and client: ``domo`` (``domo.trio``'s ``run_worker``, ``Client``), ``sync``
+  (``domo.sync``: a thread per session in the client), ``asyncio`` (``domo.asyncio``), ``hand``
+  (blocking pyzmq framed by hand per RFC 18, against domo's broker), ``majortomo`` (its
+  ``Worker`` and ``Client``), ``raw``.
 
 A client process prints ``warm`` after its warm-up requests, waits for ``go`` on stdin, sends
 requests back to back on each of its sessions for ``--duration`` seconds and prints one JSON line:
@@ -65,6 +68,19 @@ def broker(system: str, endpoint: str, heartbeat: float) -> None:
                 print("ready", flush=True)
 
         trio.run(serve)
+    elif system == "asyncio":
+        import asyncio
+
+        from domo.asyncio import serve_broker as serve_asyncio
+        from domo.protocol import BrokerConfig
+
+        async def serve_on_asyncio() -> None:
+            started: asyncio.Future[list[str]] = asyncio.get_running_loop().create_future()
+            started.add_done_callback(lambda _: print("ready", flush=True))
+            config = BrokerConfig(heartbeat_interval=heartbeat)
+            await serve_asyncio(endpoint, config=config, started=started)
+
+        asyncio.run(serve_on_asyncio())
     elif system == "majortomo":
         from majortomo.broker import Broker
 
@@ -118,6 +134,26 @@ def worker(system: str, endpoint: str, heartbeat: float) -> None:
 
         config = WorkerConfig(heartbeat_interval=heartbeat)
         trio.run(lambda: run_worker(endpoint, SERVICE, echo, config=config))
+    elif system == "sync":
+        import domo.sync
+        from domo.protocol import WorkerConfig
+
+        def echo_blocking(body: list[bytes]) -> list[bytes]:
+            return body
+
+        config = WorkerConfig(heartbeat_interval=heartbeat)
+        domo.sync.run_worker(endpoint, SERVICE, echo_blocking, config=config)
+    elif system == "asyncio":
+        import asyncio
+
+        import domo.asyncio
+        from domo.protocol import WorkerConfig
+
+        async def echo_async(body: list[bytes]) -> list[bytes]:
+            return body
+
+        config = WorkerConfig(heartbeat_interval=heartbeat)
+        asyncio.run(domo.asyncio.run_worker(endpoint, SERVICE, echo_async, config=config))
     elif system == "majortomo":
         import majortomo
 
@@ -166,6 +202,10 @@ def client(
     body = os.urandom(size)
     if system == "domo":
         record = _domo_client(endpoint, sessions, body, duration, pause)
+    elif system == "sync":
+        record = _sync_client(endpoint, sessions, body, duration, pause)
+    elif system == "asyncio":
+        record = _asyncio_client(endpoint, sessions, body, duration, pause)
     else:
         record = _blocking_client(system, endpoint, sessions, body, duration, pause)
     print(json.dumps(record), flush=True)
@@ -211,6 +251,78 @@ def _domo_client(
         return {"count": len(latencies), "elapsed": elapsed, "latencies": latencies}
 
     return trio.run(run)
+
+
+def _sync_client(
+    endpoint: str, sessions: int, body: bytes, duration: float, pause: float
+) -> dict[str, Any]:
+    """``domo.sync.Client`` shared by one thread per session (its pool serves them)."""
+    import threading
+
+    from domo.sync import Client
+
+    latencies: list[float] = []
+
+    def loop(client: Client, stop: float) -> None:
+        while time.perf_counter() < stop:
+            start = time.perf_counter()
+            reply = client.request(SERVICE, body)
+            latencies.append(time.perf_counter() - start)
+            assert reply == [body]
+            if pause:
+                time.sleep(pause)
+
+    def run(client: Client, stop: float) -> None:
+        threads = [threading.Thread(target=loop, args=(client, stop)) for _ in range(sessions)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+
+    with Client(endpoint, concurrency=sessions, timeout=30.0) as client:
+        run(client, time.perf_counter() + 0.3)
+        latencies.clear()
+        _wait_for_go()
+        start = time.perf_counter()
+        run(client, start + duration)
+        elapsed = time.perf_counter() - start
+    return {"count": len(latencies), "elapsed": elapsed, "latencies": latencies}
+
+
+def _asyncio_client(
+    endpoint: str, sessions: int, body: bytes, duration: float, pause: float
+) -> dict[str, Any]:
+    import asyncio
+
+    from domo.asyncio import Client
+
+    latencies: list[float] = []
+
+    async def loop(client: Client, stop: float) -> None:
+        while time.perf_counter() < stop:
+            start = time.perf_counter()
+            reply = await client.request(SERVICE, body)
+            latencies.append(time.perf_counter() - start)
+            assert reply == [body]
+            if pause:
+                await asyncio.sleep(pause)
+
+    async def run() -> dict[str, Any]:
+        async with Client(endpoint, concurrency=sessions, timeout=30.0) as client:
+            async with asyncio.TaskGroup() as group:
+                stop = time.perf_counter() + 0.3
+                for _ in range(sessions):
+                    group.create_task(loop(client, stop))
+            latencies.clear()
+            await asyncio.to_thread(_wait_for_go)
+            start = time.perf_counter()
+            async with asyncio.TaskGroup() as group:
+                for _ in range(sessions):
+                    group.create_task(loop(client, start + duration))
+            elapsed = time.perf_counter() - start
+        return {"count": len(latencies), "elapsed": elapsed, "latencies": latencies}
+
+    return asyncio.run(run())
 
 
 class _Session:

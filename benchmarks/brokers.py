@@ -381,6 +381,38 @@ GOALS: list[tuple[str, str, str, str | None, float, str]] = [
     ("e", "rss_bytes_per_worker", "domo", None, 2048.0, "le"),
 ]
 
+# Issue 13 (the runtimes): (scenario, metric, numerator system, denominator system, bound, how).
+# ``domo+pyzmq`` has the hand-framed blocking peers: its worker and client CPU is the anchor.
+RUNTIME_GOALS: list[tuple[str, str, str, str, float, str]] = [
+    ("b", "worker_cpu_us_per_request", "domo", "domo+pyzmq", 1.3, "le"),
+    ("b", "client_cpu_us_per_request", "domo", "domo+pyzmq", 1.3, "le"),
+    ("b", "worker_cpu_us_per_request", "domo.sync", "domo+pyzmq", 1.1, "le"),
+    ("b", "client_cpu_us_per_request", "domo.sync", "domo+pyzmq", 1.1, "le"),
+    ("b", "worker_cpu_us_per_request", "domo.asyncio", "domo+pyzmq", 1.5, "le"),
+    ("b", "client_cpu_us_per_request", "domo.asyncio", "domo+pyzmq", 1.5, "le"),
+    ("b", "requests_per_s", "domo.sync", "majortomo", 1.5, "ge"),
+    ("b", "requests_per_s", "domo", "majortomo", 1.2, "ge"),
+    ("b", "broker_cpu_us_per_request", "domo", "raw", 1.0, "le"),
+    ("a", "p50_us", "domo.sync", "raw", 1.1, "le"),
+    ("c", "mib_per_s", "domo", "raw", 0.8, "ge"),
+]
+
+
+def runtime_goals(samples: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each goal of issue 13 with the ratio measured, or None if a system was not run."""
+    data = medians(samples)
+    out = []
+    for scen, metric, num, den, bound, how in RUNTIME_GOALS:
+        num_values, den_values = data.get((scen, num, metric)), data.get((scen, den, metric))
+        value = None
+        if num_values and den_values:
+            value = statistics.median(num_values) / statistics.median(den_values)
+        met = None if value is None else (value >= bound if how == "ge" else value <= bound)
+        sign = ">=" if how == "ge" else "<="
+        out.append({"goal": f"({scen}) {metric} {num}/{den} {sign} {bound:g}",
+                    "value": value, "met": met})  # fmt: skip
+    return out
+
 
 def run_scenario(name: str, system: System, sizes: Sizes) -> dict[str, float]:
     d = sizes.duration
@@ -445,7 +477,7 @@ def fmt(value: float) -> str:
 
 def table(samples: list[dict[str, Any]], systems: list[str]) -> str:
     data = medians(samples)
-    ours = [n for n in ("domo", "domo+pyzmq") if n in systems]
+    ours = [n for n in ("domo", "domo+pyzmq", "domo.sync", "domo.asyncio") if n in systems]
     pairs: list[tuple[str, str]] = [
         (a, b) for a in ours for b in ("majortomo", "raw") if b in systems
     ]
@@ -554,6 +586,8 @@ def main() -> None:
     systems = [
         System("domo", py, "domo", "domo", "domo"),
         System("domo+pyzmq", py, "domo", "hand", "domo"),
+        System("domo.sync", py, "domo", "sync", "domo"),
+        System("domo.asyncio", py, "asyncio", "asyncio", "domo"),
         System("raw", py, "raw", "raw", "raw"),
     ]
     if not (args.quick or args.no_majortomo):
@@ -624,6 +658,11 @@ def summarize(samples: list[dict[str, Any]], names: list[str]) -> dict[str, list
                 value = "not measured" if g["value"] is None else f"{g['value']:.3g}"
                 verdict = {True: "met", False: "NOT met", None: ""}[g["met"]]
                 print(f"goal {g['goal']}: {value} {verdict}")
+    results["runtimes"] = runtime_goals(samples)
+    for g in results["runtimes"]:
+        value = "not measured" if g["value"] is None else f"{g['value']:.3g}"
+        verdict = {True: "met", False: "NOT met", None: ""}[g["met"]]
+        print(f"goal {g['goal']}: {value} {verdict}")
     return results
 
 

@@ -3,7 +3,7 @@
 Three processes: a broker, an echo worker (``--workers`` of them, each ``concurrency`` 1) and
 this one, the client side. Measures:
 
-- ``domo.call`` p50/p90 (one Trio run, one context, one socket per call),
+- ``domo.call`` p50/p90 (``domo.sync``: one context, one socket per call),
 - ``await client.request`` p50/p90 on one long-lived ``Client``,
 - throughput with N concurrent ``Client`` instances, each sending requests back to back.
 
@@ -106,7 +106,7 @@ def main() -> None:
             domo.call(args.endpoint, "echo", b"x" * 32)
             samples.append(time.perf_counter() - start)
         print(
-            f"domo.call (a Trio run, context and socket each), 32-byte body: "
+            f"domo.call (domo.sync: a context and a socket each), 32-byte body: "
             f"{_percentiles(samples)}"
         )
         trio.run(_measure, args.endpoint, args.requests, args.clients)

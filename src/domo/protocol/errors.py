@@ -6,17 +6,21 @@ the spec asks for. Exceptions are only for the two cases below.
 
 from __future__ import annotations
 
-__all__ = ["LocalProtocolError", "MalformedMessage"]
+__all__ = ["DomoError", "LocalProtocolError", "MalformedMessage"]
 
 
-class LocalProtocolError(Exception):
+class DomoError(Exception):
+    """The root of every exception domo raises on purpose (``domo.DomoError``)."""
+
+
+class LocalProtocolError(DomoError):
     """The local application misused the API (for example, sent a FINAL while not busy).
 
     Raised before any state changes, so the machine is still usable afterwards.
     """
 
 
-class MalformedMessage(ValueError):
+class MalformedMessage(DomoError, ValueError):
     """A multipart message does not follow the wire format of the protocol.
 
     ``reason`` says in plain words what is wrong with it, and ``rule`` names the rule of

@@ -25,6 +25,7 @@ from .errors import (
     ClientClosed,
     DomoError,
     RemoteError,
+    RequestError,
     RequestFailed,
     RequestTimeout,
 )
@@ -44,6 +45,7 @@ __all__ = [
     "RemoteError",
     "Reply",
     "ReplyStream",
+    "RequestError",
     "RequestFailed",
     "RequestTimeout",
     "Transport",

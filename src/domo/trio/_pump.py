@@ -31,15 +31,15 @@ from typing import Any, Generic, Protocol, TypeVar
 
 import trio
 
-from domo.eventlog import log_event
 from domo.protocol import Broker
 from domo.protocol.events import BrokerEvent, ReconnectRequired
 from domo.protocol.family import FamilyBroker
 from domo.protocol.mdp import BodyFrame
+from domo.runtime.pumping import flush_router, log_event
 
-from ._transport import EAGAIN, EHOSTUNREACH, SENT, Connection
+from ._transport import SENT, Connection
 
-__all__ = ["BATCH", "SessionPump", "log_event", "pump_router"]
+__all__ = ["BATCH", "SessionPump", "flush_router", "log_event", "pump_router"]
 
 BATCH = 256  # messages handled per wake-up: one checkpoint per batch, and a flood can't hog us
 
@@ -86,29 +86,6 @@ async def pump_router(
         now = trio.current_time()  # the deadline passed: fire the timers that are due
         emit(broker.tick(now))
         flush_router(broker, conn, now, emit)
-
-
-def flush_router(
-    broker: Broker | FamilyBroker,
-    conn: Connection[BodyFrame],
-    now: float,
-    emit: Callable[[Iterable[BrokerEvent]], None],
-) -> None:
-    """Send the broker's outbox; report each peer that cannot take a message, once per flush."""
-    failed: set[bytes] = set()
-    while outbox := broker.take_outgoing():
-        for peer, frames in outbox:
-            if peer in failed:
-                continue  # the broker was told; the rest of its messages are stale
-            result = conn.send((peer, *frames))
-            if result == SENT:
-                continue
-            failed.add(peer)
-            if result == EAGAIN:
-                emit(broker.peer_congested(peer, now))
-            else:
-                assert result == EHOSTUNREACH
-                emit(broker.peer_unreachable(peer, now))
 
 
 class Session(Protocol[E]):

@@ -18,7 +18,6 @@ waits for the FD with no checkpoint in between. Everything else is non-blocking.
 
 from __future__ import annotations
 
-import errno
 import logging
 import math
 from collections.abc import Sequence
@@ -30,14 +29,11 @@ import zmq.backend
 
 from domo.endpoints import check_endpoint
 from domo.protocol.mdp import BodyFrame
+from domo.runtime.pumping import EAGAIN, EHOSTUNREACH, SENT
 
 __all__ = ["EAGAIN", "EHOSTUNREACH", "SENT", "Connection", "Transport", "ZmqTransport"]
 
 logger = logging.getLogger("domo.transport")
-
-SENT: Final = 0
-EAGAIN: Final = errno.EAGAIN  # the peer's pipe is full (high-water mark)
-EHOSTUNREACH: Final = errno.EHOSTUNREACH  # a ROUTER has no peer with that identity
 
 
 FrameT = TypeVar("FrameT", bound=BodyFrame)  # what a connection's messages are made of

@@ -40,7 +40,7 @@ from __future__ import annotations
 import logging
 import math
 from collections import deque
-from dataclasses import dataclass
+from contextlib import AbstractAsyncContextManager
 from types import TracebackType
 from typing import Self
 
@@ -50,30 +50,22 @@ import zmq
 from domo.protocol import ClientConfig, ClientSession, ClientState, mdp
 from domo.protocol.events import (
     ClientEvent,
-    FinalReceived,
     PartialReceived,
     ReconnectRequired,
-    RequestFailed,
     RequestSent,
 )
+from domo.runtime.replies import REPLY_EVENTS as _REPLY_EVENTS
+from domo.runtime.replies import Reply
+from domo.runtime.replies import final_body as _final_body
+from domo.runtime.replies import service_name as _service_name
 
 from ._pump import BATCH, log_event
 from ._transport import SENT, Connection, Transport, ZmqTransport
-from .errors import ClientClosed, DomoError, RemoteError, RequestTimeout, parse_error_body
+from .errors import ClientClosed, DomoError
 
 __all__ = ["Client", "Reply", "ReplyStream", "call"]
 
 logger = logging.getLogger("domo.client")
-
-_REPLY_EVENTS = (PartialReceived, FinalReceived, RequestFailed)  # what a request's reader gets
-
-
-@dataclass(frozen=True, slots=True)
-class Reply:
-    """One reply to a request: a PARTIAL (``final`` false) or the FINAL."""
-
-    body: list[bytes]
-    final: bool
 
 
 class _Slot:
@@ -276,6 +268,7 @@ class Client:
         self._watchdog = _Watchdog(self._slots)
         self._entered = False
         self._closed = False
+        self._nursery_manager: AbstractAsyncContextManager[trio.Nursery] | None = None
 
     async def __aenter__(self) -> Self:
         if self._entered:
@@ -287,9 +280,12 @@ class Client:
             slot = _Slot(self, self.transport)
             self._slots.append(slot)
             self._idle_send.send_nowait(slot)
-        # A system task: it belongs to the Client, not to whichever task entered it, and it
-        # ends when the Client closes.
-        trio.lowlevel.spawn_system_task(self._watchdog.run, name=f"domo.Client({self.endpoint})")
+        # The watchdog runs in a nursery the Client owns, opened here and closed on exit: it
+        # ends when the Client closes, and a failure of it cancels the block that uses the
+        # Client instead of crashing the whole run (as a system task's would).
+        self._nursery_manager = manager = trio.open_nursery()
+        nursery = await manager.__aenter__()
+        nursery.start_soon(self._watchdog.run, name=f"domo.Client({self.endpoint})")
         return self
 
     async def __aexit__(
@@ -305,8 +301,14 @@ class Client:
             for slot in self._slots:
                 slot.close()  # a request waiting on a socket wakes with ClientClosed
         finally:
-            assert self.transport is not None
-            await self.transport.aclose()  # after every socket is closed
+            try:
+                assert self.transport is not None
+                await self.transport.aclose()  # after every socket is closed
+            finally:
+                # Told nothing of the block's exception: the nursery would wrap it in an
+                # ExceptionGroup. The watchdog is cancelled already, so this returns at once.
+                assert self._nursery_manager is not None
+                await self._nursery_manager.__aexit__(None, None, None)
 
     async def request(self, service: str | bytes, *frames: bytes) -> list[bytes]:
         """Send a request and return the body of its FINAL (PARTIALs are skipped)."""
@@ -350,24 +352,6 @@ class Client:
                 return await self._idle.receive()
         except (trio.EndOfChannel, trio.ClosedResourceError):
             raise ClientClosed("the client was closed") from None
-
-
-def _service_name(service: str | bytes) -> bytes:
-    return service.encode("ascii") if isinstance(service, str) else service
-
-
-def _final_body(service: bytes, event: ClientEvent) -> list[bytes]:
-    """The body of the FINAL that ended a request, or the error that ended it instead."""
-    if isinstance(event, RequestFailed):
-        if event.reason == "cancelled":
-            raise ClientClosed("the client was closed")
-        raise RequestTimeout(service, event.attempts, event.reason)
-    assert isinstance(event, FinalReceived)
-    body = list(event.body)
-    error = parse_error_body(body)
-    if error is not None:
-        raise RemoteError(service, event.attempt, *error)
-    return body
 
 
 class ReplyStream:

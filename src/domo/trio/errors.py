@@ -1,75 +1,35 @@
-"""What the Trio runtime raises to its callers, and the runtime's error reply convention.
+"""What the Trio runtime raises to its callers: ``domo.runtime.errors``, shared by every runtime.
 
-``DomoError`` is the root. A request that does not end with a FINAL raises ``RequestFailed``
+``DomoError`` is the root. A request that does not end with a FINAL raises ``RequestError``
 (``RequestTimeout`` when the client session gave up after its retries); a FINAL that carries a
-worker's handler error (MDP-D-23) raises ``RemoteError``.
+worker's handler error (MDP-D-23) raises ``RemoteError``. ``RequestFailed`` is the old name of
+``RequestError``, kept as an alias; it is deprecated because the core's event of that name
+(``domo.protocol.events.RequestFailed``) is not an exception.
 """
 
 from __future__ import annotations
 
-from typing import Final
+from domo.runtime.errors import (
+    ERROR_MARKER,
+    ClientClosed,
+    DomoError,
+    RemoteError,
+    RequestError,
+    RequestTimeout,
+    error_body,
+    parse_error_body,
+)
 
 __all__ = [
     "ERROR_MARKER",
     "ClientClosed",
     "DomoError",
     "RemoteError",
+    "RequestError",
     "RequestFailed",
     "RequestTimeout",
     "error_body",
     "parse_error_body",
 ]
 
-# MDP-D-23: a FINAL body of exactly three frames whose first is this marker reports a handler
-# error: [marker, exception type name, message], both UTF-8. The NUL bytes make a clash with an
-# ordinary reply unlikely; domo's Client raises it as RemoteError.
-ERROR_MARKER: Final = b"\x00domo-error\x00"
-
-
-class DomoError(Exception):
-    """Base class of everything the runtime raises on purpose."""
-
-
-class ClientClosed(DomoError):
-    """The ``Client`` was closed while the request was in progress."""
-
-
-class RequestFailed(DomoError):
-    """A request ended without a usable FINAL.
-
-    ``reason`` is the core's ``RequestFailed.reason`` (``"retries-exhausted"``,
-    ``"timeout-after-partial"``) or ``"remote-error"``.
-    """
-
-    def __init__(self, service: bytes, attempts: int, reason: str, detail: str = "") -> None:
-        message = f"request to {service!r} failed after {attempts} attempt(s): {reason}"
-        super().__init__(f"{message}: {detail}" if detail else message)
-        self.service = service
-        self.attempts = attempts
-        self.reason = reason
-
-
-class RequestTimeout(RequestFailed):
-    """No FINAL arrived in time, after every retry the client session allows (MDP-C-08)."""
-
-
-class RemoteError(RequestFailed):
-    """The worker's handler raised; ``error_type`` and ``message`` describe the exception."""
-
-    def __init__(self, service: bytes, attempts: int, error_type: str, message: str) -> None:
-        super().__init__(service, attempts, "remote-error", f"{error_type}: {message}")
-        self.error_type = error_type
-        self.message = message
-
-
-def error_body(error: BaseException) -> list[bytes]:
-    """The FINAL body reporting ``error`` (MDP-D-23)."""
-    name = type(error).__name__.encode()
-    return [ERROR_MARKER, name, str(error).encode("utf-8", "replace")]
-
-
-def parse_error_body(body: list[bytes]) -> tuple[str, str] | None:
-    """``(error_type, message)`` if ``body`` is an error reply, else None."""
-    if len(body) != 3 or body[0] != ERROR_MARKER:
-        return None
-    return body[1].decode("utf-8", "replace"), body[2].decode("utf-8", "replace")
+RequestFailed = RequestError  # deprecated alias (see the module docstring)

@@ -40,14 +40,16 @@ import contextvars
 import logging
 import math
 import types
-from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Sequence
-from typing import Any, Protocol, TypeAlias, TypeVar, cast
+from collections.abc import AsyncIterator, Awaitable, Callable, Generator
+from typing import Any, Protocol, TypeVar, cast
 
 import trio
 import zmq
 
 from domo.protocol import WorkerConfig, WorkerSession, mdp
 from domo.protocol.events import RequestAbandoned, RequestReceived, WorkerEvent
+from domo.runtime.handlers import Body, HandlerError, Partial
+from domo.runtime.handlers import as_frames as _frames
 
 from ._pump import SessionPump, log_event
 from ._transport import Transport, ZmqTransport
@@ -58,23 +60,6 @@ __all__ = ["Body", "Handler", "Partial", "WorkerConfig", "run_worker"]
 logger = logging.getLogger("domo.worker")
 
 T = TypeVar("T")
-Body: TypeAlias = bytes | Sequence[bytes]
-
-
-class Partial:
-    """A body that a generator handler yields to have it sent as a PARTIAL at once.
-
-    ``yield Partial(b"starting")`` reaches the client before the handler goes on; a plain
-    ``yield b"starting"`` would wait until the handler's next value shows it was not the FINAL.
-    """
-
-    __slots__ = ("body",)
-
-    def __init__(self, body: Body) -> None:
-        self.body = body
-
-    def __repr__(self) -> str:
-        return f"Partial({self.body!r})"
 
 
 class Handler(Protocol):
@@ -91,10 +76,6 @@ class Handler(Protocol):
     def __call__(
         self, body: list[bytes], /
     ) -> Awaitable[Body] | AsyncIterator[Body] | AsyncIterator[Body | Partial]: ...
-
-
-class HandlerError(Exception):
-    """A handler broke the handler contract (for example, a generator that yielded nothing)."""
 
 
 async def run_worker(
@@ -281,8 +262,3 @@ def _in_context(context: contextvars.Context, awaitable: Awaitable[T]) -> Genera
             raise
         except BaseException as exc:
             value, error = None, exc
-
-
-def _frames(value: object) -> mdp.Frames:
-    """A handler's answer as frames; raises if it is not a valid body."""
-    return (value,) if isinstance(value, bytes) else mdp.check_body(value)

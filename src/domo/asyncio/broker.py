@@ -1,0 +1,96 @@
+"""``serve_broker``: the broker core on one pyzmq ROUTER, as an asyncio task.
+
+It serves MDP/0.2 and the family's other dialects, as ``domo.trio.serve_broker`` does. Thin on
+purpose: every decision is the core's (``domo.protocol.family.FamilyBroker``); this loop awaits
+the next message bounded by the broker's next deadline, drains what else is ready, ticks, and
+flushes with ``domo.runtime.flush_router`` (a full or vanished peer is reported to the core,
+MDP-D-15). The ROUTER sets ``ROUTER_MANDATORY`` so that nothing is dropped silently. Cancelling
+the task is a
+graceful stop: ``Broker.shutdown`` sends DISCONNECT to every worker (MDP-W-14), it is flushed and
+the socket closes with ``linger``.
+
+    started: asyncio.Future[list[str]] = loop.create_future()
+    task = asyncio.create_task(serve_broker("tcp://127.0.0.1:0", started=started))
+    endpoints = await started
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import zmq
+
+from domo.protocol import BrokerConfig
+from domo.protocol.events import BrokerEvent
+from domo.protocol.family import FamilyBroker
+from domo.runtime import flush_router, log_event
+
+from ._socket import AsyncConnection
+
+__all__ = ["serve_broker"]
+
+logger = logging.getLogger("domo.broker")
+BATCH = 256
+
+
+async def serve_broker(
+    *endpoints: str,
+    config: BrokerConfig | None = None,
+    context: zmq.Context[Any] | None = None,
+    on_event: Callable[[BrokerEvent], None] | None = None,
+    hwm: int = 10_000,
+    linger: float = 0.5,
+    started: asyncio.Future[list[str]] | None = None,
+) -> None:
+    """Serve MDP/0.2 on ``endpoints`` until cancelled; ``started`` gets the endpoints as bound."""
+    if not endpoints:
+        raise ValueError("serve_broker needs at least one endpoint")
+    broker = FamilyBroker(config)  # MDP/0.2 and the family's other dialects
+    loop = asyncio.get_running_loop()
+    ctx: zmq.Context[Any] = zmq.Context() if context is None else context
+
+    def emit(events: Iterable[BrokerEvent]) -> None:
+        for event in events:
+            log_event(logger, event)
+            if on_event is not None:
+                on_event(event)
+
+    try:
+        router = AsyncConnection(ctx, zmq.ROUTER)
+        socket = router.socket
+        try:
+            socket.setsockopt(zmq.ROUTER_MANDATORY, 1)
+            socket.setsockopt(zmq.SNDHWM, hwm)
+            socket.setsockopt(zmq.RCVHWM, hwm)
+            bound = []
+            for endpoint in endpoints:
+                socket.bind(endpoint)
+                bound.append(socket.getsockopt_string(zmq.LAST_ENDPOINT))
+            logger.info("broker bound to %s", ", ".join(bound))
+            if started is not None:
+                started.set_result(bound)
+            while True:
+                await router.wait(broker.next_deadline())
+                while True:  # drain: re-read after each flush, replies are often there by then
+                    now = max(loop.time(), broker.now)
+                    messages = router.receive(BATCH)
+                    for peer, *frames in messages:
+                        emit(broker.receive(peer, frames, now))
+                    if not messages:
+                        emit(broker.tick(now))
+                    flush_router(broker, router, now, emit)
+                    if not messages:
+                        break
+        finally:
+            try:
+                now = max(loop.time(), broker.now)
+                emit(broker.shutdown(now))
+                flush_router(broker, router, now, emit)
+            finally:
+                router.close(linger)
+    finally:
+        if context is None:
+            ctx.term()
