@@ -26,7 +26,7 @@ def group(name: str) -> list[str]:
 @nox.session
 def tests(session: nox.Session) -> None:
     """The whole test suite (Hypothesis profile ``ci`` when CI is set)."""
-    session.install("-e", ".", *group("test"))
+    session.install("-e", ".[trace]", *group("test"))  # trace: pyarrow, for tests/trace
     session.run("pytest", *session.posargs)
 
 

@@ -145,6 +145,37 @@ def test_full_buffer_drops_and_counts(tmp_path: Path) -> None:
     assert len(read(tmp_path, "workers")) == stats.written
 
 
+def test_files_rotate_by_size_and_every_record_is_kept(tmp_path: Path) -> None:
+    """A file that reached ``max_bytes`` is closed and the next batch starts a new one."""
+    from domo.protocol.events import WorkerRegistered as Registered
+
+    recorder = trace.TraceRecorder(tmp_path, wall_anchor=0.0, batch=100, max_bytes=1)
+    for index in range(1000):
+        recorder.on_event(Registered(worker=b"w%d" % index, service=b"s", at=float(index)))
+    stats = recorder.close()
+    assert stats.dropped == 0
+    assert stats.written == 1000
+    assert len(stats.files) > 1
+    assert len(list(tmp_path.glob("workers-*.parquet"))) == len(stats.files)
+    rows = read(tmp_path, "workers")
+    assert sorted(row["at"] for row in rows) == [float(index) for index in range(1000)]
+
+
+def test_a_failed_write_is_a_counted_loss_not_a_crash(tmp_path: Path) -> None:
+    """The directory vanishes after start (as a disk can fill): records are lost and counted."""
+    from domo.protocol.events import WorkerRegistered as Registered
+
+    directory = tmp_path / "gone"
+    recorder = trace.TraceRecorder(directory, wall_anchor=0.0)
+    directory.rmdir()
+    for index in range(10):
+        recorder.on_event(Registered(worker=b"w%d" % index, service=b"s", at=float(index)))
+    stats = recorder.close()
+    assert stats.lost == 10
+    assert stats.written == 0
+    assert stats.dropped == 0
+
+
 def test_unwritable_directory_is_an_error_at_start(tmp_path: Path) -> None:
     blocker = tmp_path / "file"
     blocker.write_bytes(b"")
