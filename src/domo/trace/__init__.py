@@ -55,7 +55,7 @@ class TraceStats:
     files: list[str] = field(default_factory=list)
 
 
-@dataclass
+@dataclass(slots=True)
 class _Open:
     """A request in flight, as far as the events have told."""
 
@@ -160,7 +160,7 @@ class TraceRecorder:
         self.dialect = dialect
         self.stats = TraceStats()
         self._open: dict[int, _Open] = {}
-        self._queue: queue.Queue[tuple[str, dict[str, Any]] | None] = queue.Queue(buffer)
+        self._queue: queue.Queue[tuple[str, tuple[Any, ...]] | None] = queue.Queue(buffer)
         self._batch = batch
         self._flush_interval = flush_interval
         self._max_bytes = max_bytes
@@ -172,7 +172,7 @@ class TraceRecorder:
 
     def on_event(self, event: BrokerEvent) -> None:
         """Fold one broker event in; never blocks."""
-        match event:
+        match event:  # the three events of every request first
             case RequestQueued():
                 self._open[event.request_id] = _Open(
                     event.request_id, event.service, event.client, event.size, event.at
@@ -182,6 +182,8 @@ class TraceRecorder:
                     r.workers.append(event.worker)
                     r.dispatches.append(event.at)
                     r.waits.append(event.waited)
+            case RequestCompleted():
+                self._finish(event.request_id, event.at, "completed", event.size, event.partials)
             case RequestRedispatched():
                 if (r := self._open.get(event.request_id)) is not None:
                     r.redispatches += 1
@@ -190,8 +192,6 @@ class TraceRecorder:
                     if r.first_partial is None:
                         r.first_partial = event.at
                     r.partial_bytes += event.size
-            case RequestCompleted():
-                self._finish(event.request_id, event.at, "completed", event.size, event.partials)
             case RequestExpired():
                 self._finish(event.request_id, event.at, "expired")
             case RequestDropped():
@@ -219,43 +219,36 @@ class TraceRecorder:
             return
         self._offer(
             "requests",
-            {
-                "request_id": r.request_id,
-                "service": _text(r.service),
-                "client": r.client,
-                "workers": r.workers,
-                "dialect": self.dialect,
-                "wall_anchor": self.wall_anchor,
-                "received": r.received,
-                "dispatches": r.dispatches,
-                "queue_waits": r.waits,
-                "first_partial": r.first_partial,
-                "finished": at,
-                "outcome": outcome,
-                "redispatches": r.redispatches,
-                "request_size": r.size,
-                "reply_size": reply_size,
-                "partials": partials,
-                "partial_bytes": r.partial_bytes,
-                "drop_reason": drop_reason,
-                "rule": None,  # the core's RequestDropped carries a reason, not a rule id
-            },
+            (
+                r.request_id,
+                _text(r.service),
+                r.client,
+                r.workers,
+                self.dialect,
+                self.wall_anchor,
+                r.received,
+                r.dispatches,
+                r.waits,
+                r.first_partial,
+                at,
+                outcome,
+                r.redispatches,
+                r.size,
+                reply_size,
+                partials,
+                r.partial_bytes,
+                drop_reason,
+                None,  # rule: the core's RequestDropped carries a reason, not a rule id
+            ),
         )
 
     def _worker(
         self, worker: bytes, service: bytes, change: str, reason: str | None, at: float
     ) -> None:
-        record = {
-            "worker": worker,
-            "service": _text(service),
-            "change": change,
-            "reason": reason,
-            "wall_anchor": self.wall_anchor,
-            "at": at,
-        }
+        record = (worker, _text(service), change, reason, self.wall_anchor, at)
         self._offer("workers", record)
 
-    def _offer(self, kind: str, record: dict[str, Any]) -> None:
+    def _offer(self, kind: str, record: tuple[Any, ...]) -> None:
         self.stats.recorded += 1
         try:
             self._queue.put_nowait((kind, record))
@@ -292,7 +285,7 @@ class TraceRecorder:
 
         schemas = dict(zip(("requests", "workers"), _schemas(), strict=True))
         writers: dict[str, tuple[Any, Path, float]] = {}
-        pending: dict[str, list[dict[str, Any]]] = {"requests": [], "workers": []}
+        pending: dict[str, list[tuple[Any, ...]]] = {"requests": [], "workers": []}
         seq = 0
         stop = False
         last_flush = time.monotonic()
@@ -326,7 +319,12 @@ class TraceRecorder:
                     entry = (pq.ParquetWriter(path, schemas[kind]), path, time.monotonic())
                     writers[kind] = entry
                     self.stats.files.append(str(path))
-                table = pa.Table.from_pylist(rows, schema=schemas[kind])
+                schema = schemas[kind]
+                columns = [
+                    pa.array(column, type=schema.field(index).type)
+                    for index, column in enumerate(zip(*rows, strict=True))
+                ]
+                table = pa.Table.from_arrays(columns, schema=schema)
                 entry[0].write_table(table)
                 self.stats.written += len(rows)
             except (OSError, pa.ArrowException) as exc:
@@ -338,7 +336,7 @@ class TraceRecorder:
             try:
                 item = self._queue.get(timeout=self._flush_interval)
             except queue.Empty:
-                item = ("", {})
+                item = ("", ())
             if item is None:
                 stop = True
             elif item[0]:
