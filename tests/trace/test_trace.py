@@ -189,3 +189,39 @@ def test_cli_broker_rejects_unwritable_trace_dir(tmp_path: Path) -> None:
     blocker = tmp_path / "file"
     blocker.write_bytes(b"")
     assert main(["broker", "--bind", "tcp://127.0.0.1:0", "--trace-dir", str(blocker)]) == 2
+
+
+def test_cli_broker_writes_traces_a_newcomer_can_read(tmp_path: Path) -> None:
+    """`domo broker --trace-dir`, an echo worker and `domo call`, all real processes; SIGTERM."""
+    import signal
+    import subprocess
+    import sys
+
+    directory = tmp_path / "traces"
+    domo = [sys.executable, "-m", "domo"]
+    endpoint = f"ipc://{tmp_path}/b.ipc"
+    broker = subprocess.Popen(
+        [*domo, "broker", "--bind", endpoint, "--trace-dir", str(directory)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    worker = subprocess.Popen([*domo, "worker", "echo", "--connect", endpoint])
+    try:
+        assert broker.stdout is not None
+        assert broker.stdout.readline().startswith("domo broker: listening on")
+        for index in range(3):
+            call = [*domo, "call", "echo", f"hi{index}", "--connect", endpoint, "--timeout", "5"]
+            done = subprocess.run(call, capture_output=True, text=True, timeout=30, check=False)
+            assert done.returncode == 0, done.stderr
+        broker.send_signal(signal.SIGTERM)
+        assert broker.wait(timeout=20) == 0
+    finally:
+        for process in (worker, broker):
+            process.kill()  # by PID: the processes this test started
+            process.wait()
+        if broker.stdout is not None:
+            broker.stdout.close()
+    requests = read(directory, "requests")
+    assert [(r["service"], r["outcome"], r["request_size"]) for r in requests] == [
+        ("echo", "completed", 3)
+    ] * 3
