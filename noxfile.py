@@ -39,7 +39,7 @@ def group(name: str) -> list[str]:
 @nox.session
 def tests(session: nox.Session) -> None:
     """The whole test suite (Hypothesis profile ``ci`` when CI is set)."""
-    session.install("-e", ".", *group("test"))
+    session.install("-e", ".[trace]", *group("test"))  # trace: pyarrow, for tests/trace
     session.run("pytest", *session.posargs)
 
 
@@ -95,7 +95,7 @@ def bench(session: nox.Session) -> None:
     ``brokers.py`` makes ``.bench-venvs/majortomo`` (majortomo 0.2.0 and six, never a domo
     dependency) on first use; matplotlib draws its plot and is installed here only.
     """
-    session.install("-e", ".", "matplotlib")
+    session.install("-e", ".[trace]", "matplotlib")  # trace: trace_overhead.py
     for script in sorted(Path("benchmarks").glob("[!_]*.py")):
         session.run("python", str(script), *session.posargs)
 

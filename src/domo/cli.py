@@ -309,6 +309,12 @@ def _add_broker(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
         help="times a request goes back to its queue after its worker was lost, before it is "
         "dropped (default: %(default)s)",
     )
+    sub.add_argument(
+        "--trace-dir",
+        metavar="DIR",
+        help="write one Parquet trace record per request and per worker change into DIR "
+        "(needs pip install '.[trace]' in domo's source directory; schema in docs/traces.md)",
+    )
 
 
 def _add_worker(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -828,7 +834,10 @@ async def _broker(args: argparse.Namespace) -> int:
             completed += 1
         late_workers.on_event(event)
 
-    serve = partial(serve_broker, config=config, on_event=on_event)
+    if args.trace_dir is not None and (error := _check_trace_dir(args.trace_dir)) is not None:
+        print(f"domo broker: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    serve = partial(serve_broker, config=config, on_event=on_event, trace_dir=args.trace_dir)
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async with trio.open_nursery() as nursery:
             bound: list[str] = await nursery.start(serve, *(args.bind or [DEFAULT_ENDPOINT]))
@@ -837,6 +846,21 @@ async def _broker(args: argparse.Namespace) -> int:
             await _stop_on_signal(signals, nursery.cancel_scope, "broker")
     print(f"domo broker: stopped; {completed} requests completed", flush=True)
     return EXIT_OK
+
+
+def _check_trace_dir(directory: str) -> str | None:
+    """Why tracing to ``directory`` cannot work (no pyarrow, not writable), or None."""
+    try:
+        import pyarrow  # noqa: F401
+    except ImportError:
+        return "--trace-dir needs pyarrow: pip install '.[trace]' in domo's source directory"
+    from domo.trace import TraceDirError, check_trace_dir
+
+    try:
+        check_trace_dir(directory)
+    except TraceDirError as exc:
+        return str(exc)
+    return None
 
 
 LARGE_BODY: Final = 16 * 1024 * 1024  # bytes: a body that takes a while to cross loopback

@@ -665,7 +665,7 @@ async def test_broker_log_as_json_lines(domo: StartDomo) -> None:
 
 @pytest.mark.slow
 async def test_a_body_too_large_for_the_heartbeat_is_named(domo: StartDomo) -> None:
-    """100 MB at a 0.05 s heartbeat (liveness 2): nothing crosses a connection while the body
+    """300 MB at a 0.05 s heartbeat (liveness 2): nothing crosses a connection while the body
     does, heartbeats included, so the broker takes the worker for dead. The broker's log and the
     call's message say so, with the option to change, instead of "is the broker up?"."""
     beats = ["--heartbeat-interval", "0.05", "--liveness", "2"]
@@ -675,9 +675,10 @@ async def test_a_body_too_large_for_the_heartbeat_is_named(domo: StartDomo) -> N
     await broker.line("WorkerRegistered:", "stderr")
     done = await run_domo(
         "call", "echo", "-", "--connect", endpoint, "--timeout", "8", "--retries", "0", "--raw",
-        stdin=b"\0" * 100_000_000, time_limit=60,
+        stdin=b"\0" * 300_000_000, time_limit=90,
     )  # fmt: skip
     assert done.code == EXIT_TIMEOUT
-    assert "a body of 100 MB may take longer to cross than the broker's liveness" in done.stderr
-    hint = await broker.line("while it held a request of 100 MB", "stderr")
+    assert done.code == EXIT_TIMEOUT, done.stderr  # 300 MB cannot cross loopback in 0.1 s here
+    assert "a body of 300 MB may take longer to cross than the broker's liveness" in done.stderr
+    hint = await broker.line("while it held a request of 300 MB", "stderr")
     assert "raise --heartbeat-interval (on the broker and its workers)" in hint

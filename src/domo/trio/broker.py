@@ -19,6 +19,7 @@ and the context (if the broker made it) is terminated.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Iterable
 
 import trio
@@ -42,6 +43,7 @@ async def serve_broker(
     context: zmq.Context[zmq.Socket[bytes]] | None = None,
     transport: Transport | None = None,
     on_event: Callable[[BrokerEvent], None] | None = None,
+    trace_dir: str | None = None,
     hwm: int = 10_000,
     linger: float = 0.5,
     task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
@@ -53,10 +55,16 @@ async def serve_broker(
     block. ``hwm`` is the ROUTER's send and receive high-water mark, per peer; a peer that does
     not read is reported to the core when its pipe is full (MDP-D-15). ``context`` (for
     ``inproc://``) or ``transport`` (for ``domo.trio.testing``) replace the default fresh context.
+    ``trace_dir``: write request traces there (``domo.trace``, needs pyarrow; docs/traces.md).
     """
     if not endpoints:
         raise ValueError("serve_broker needs at least one endpoint")
     broker = FamilyBroker(config)  # MDP/0.2, and the dialects of domo.protocol.dialects
+    recorder = None
+    if trace_dir is not None:
+        from domo.trace import TraceRecorder  # pyarrow is an extra; import only when tracing
+
+        recorder = TraceRecorder(trace_dir, wall_anchor=time.time() - trio.current_time())
     net = transport if transport is not None else ZmqTransport(context)
 
     def emit(events: Iterable[BrokerEvent]) -> None:
@@ -64,6 +72,8 @@ async def serve_broker(
             log_event(logger, event)
             if on_event is not None:
                 on_event(event)
+            if recorder is not None:
+                recorder.on_event(event)
 
     try:
         conn, bound = net.bind(endpoints, hwm)
@@ -80,3 +90,5 @@ async def serve_broker(
                 conn.close(linger)  # even if an on_event hook raised
     finally:
         await net.aclose()
+        if recorder is not None:
+            recorder.close()
