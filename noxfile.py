@@ -98,3 +98,11 @@ def conformance(session: nox.Session) -> None:
             str(python), "-m", "pip", "install", "-q", "majortomo==0.2.0", "six", external=True
         )
     session.run("python", "conformance/run.py", "--majortomo-python", str(python), *session.posargs)
+
+
+@nox.session
+def docs(session: nox.Session) -> None:
+    """Build the site in strict mode (any warning fails) and run the tutorials' code."""
+    session.install("-e", ".", *group("docs"), *group("test"))
+    session.run("mkdocs", "build", "--strict", env={"NO_MKDOCS_2_WARNING": "1"})
+    session.run("pytest", "tests/docs", "-q", *session.posargs)
