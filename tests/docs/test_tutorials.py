@@ -102,3 +102,19 @@ def test_python_worker_and_client_run(broker: str) -> None:
         assert (client.returncode, client.stdout) == (0, "HELLO\nWORLD\n"), client.stderr
     finally:
         stop(worker)
+
+
+def test_fuzz_tutorial_commands_run() -> None:
+    commands = shell_commands("fuzz_broker.sh", "tcp://127.0.0.1:0")
+    assert [c[:2] for c in commands] == [["domo", "broker"], ["domo", "fuzz"]]
+    broker = start(DOMO, *commands[0][1:])
+    try:
+        assert broker.stdout is not None
+        line = broker.stdout.readline()
+        assert line.startswith("domo broker: listening on "), line
+        endpoint = line.split()[-1]
+        fuzz_args = [endpoint if a == "tcp://127.0.0.1:0" else a for a in commands[1][1:]]
+        fuzz = subprocess.run([DOMO, *fuzz_args], capture_output=True, text=True, timeout=60)
+        assert fuzz.returncode == 0, fuzz.stdout + fuzz.stderr
+    finally:
+        assert stop(broker) == 0
