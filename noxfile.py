@@ -119,3 +119,29 @@ def conformance(session: nox.Session) -> None:
             str(python), "-m", "pip", "install", "-q", "majortomo==0.2.0", "six", external=True
         )
     session.run("python", "conformance/run.py", "--majortomo-python", str(python), *session.posargs)
+
+
+@nox.session
+def docs(session: nox.Session) -> None:
+    """Build the site in strict mode (any warning fails), run the tutorials' code, and open
+    every page in headless Debian Chromium (installed with apt-get when missing).
+
+    Screenshots land in build/site-check/.
+    """
+    session.install("-e", ".", *group("docs"), *group("test"))
+    session.run("mkdocs", "build", "--strict", env={"NO_MKDOCS_2_WARNING": "1"})
+    session.run("pytest", "tests/docs", "-q", *session.posargs)
+    if not Path("/usr/bin/chromium").exists() or not Path("/usr/bin/chromedriver").exists():
+        # Debian's browser and driver, never a browser download of a library's own.
+        session.run("apt-get", "update", "-qq", external=True)
+        session.run(
+            "apt-get",
+            "install",
+            "-y",
+            "-qq",
+            "chromium",
+            "chromium-driver",
+            external=True,
+            env={"DEBIAN_FRONTEND": "noninteractive"},
+        )
+    session.run("pytest", "tests/docs/check_site_browser.py", "-q", *session.posargs)
