@@ -18,11 +18,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
 import zmq
 
+from domo.endpoints import check_endpoint
 from domo.protocol import BrokerConfig
 from domo.protocol.events import BrokerEvent
 from domo.protocol.family import FamilyBroker
@@ -41,15 +43,27 @@ async def serve_broker(
     config: BrokerConfig | None = None,
     context: zmq.Context[Any] | None = None,
     on_event: Callable[[BrokerEvent], None] | None = None,
+    trace_dir: str | None = None,
     hwm: int = 10_000,
     linger: float = 0.5,
     started: asyncio.Future[list[str]] | None = None,
 ) -> None:
-    """Serve MDP/0.2 on ``endpoints`` until cancelled; ``started`` gets the endpoints as bound."""
+    """Serve MDP/0.2 on ``endpoints`` until cancelled; ``started`` gets the endpoints as bound.
+
+    The other arguments are ``domo.trio.serve_broker``'s: ``trace_dir`` writes request traces
+    there (``domo.trace``, needs pyarrow; docs/traces.md).
+    """
     if not endpoints:
         raise ValueError("serve_broker needs at least one endpoint")
+    for endpoint in endpoints:
+        check_endpoint(endpoint, bind=True)  # before libzmq takes a wrapped port
     broker = FamilyBroker(config)  # MDP/0.2 and the family's other dialects
     loop = asyncio.get_running_loop()
+    recorder = None
+    if trace_dir is not None:
+        from domo.trace import TraceRecorder  # pyarrow is an extra; import only when tracing
+
+        recorder = TraceRecorder(trace_dir, wall_anchor=time.time() - loop.time())
     ctx: zmq.Context[Any] = zmq.Context() if context is None else context
 
     def emit(events: Iterable[BrokerEvent]) -> None:
@@ -57,6 +71,8 @@ async def serve_broker(
             log_event(logger, event)
             if on_event is not None:
                 on_event(event)
+            if recorder is not None:
+                recorder.on_event(event)
 
     try:
         router = AsyncConnection(ctx, zmq.ROUTER)
@@ -94,3 +110,5 @@ async def serve_broker(
     finally:
         if context is None:
             ctx.term()
+        if recorder is not None:
+            recorder.close()
