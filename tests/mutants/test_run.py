@@ -19,12 +19,22 @@ from tests.mutants import run
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def killcheck(tmp_path: Path, body: str) -> tuple[int, list[dict[str, object]]]:
-    """Run a one-file test module under the plugin; pytest's exit code and the records."""
+def killcheck(
+    tmp_path: Path, body: str, first_on_path: Path | None = None
+) -> tuple[int, list[dict[str, object]]]:
+    """Run a one-file test module under the plugin; pytest's exit code and the records.
+
+    ``first_on_path``: a directory put before the repository on PYTHONPATH (a ``domo`` of its
+    own, as run.py's mutated copy is)."""
     module = tmp_path / "test_sample.py"
     module.write_text(textwrap.dedent(body))
     records = tmp_path / "records.jsonl"
-    env = dict(os.environ, DOMO_KILLCHECK_FILE=str(records), PYTHONPATH=str(ROOT))
+    path = [str(first_on_path)] if first_on_path is not None else []
+    env = dict(
+        os.environ,
+        DOMO_KILLCHECK_FILE=str(records),
+        PYTHONPATH=os.pathsep.join([*path, str(ROOT)]),
+    )
     result = subprocess.run(
         [
             sys.executable,
@@ -105,40 +115,10 @@ def test_an_assert_inside_domo_itself_is_a_crash(tmp_path: Path) -> None:
     package = tmp_path / "pkg" / "domo"
     package.mkdir(parents=True)
     (package / "__init__.py").write_text("def broken():\n    assert False, 'internal'\n")
-    module = tmp_path / "test_sample.py"
-    module.write_text("import domo\n\ndef test_x():\n    domo.broken()\n")
-    records_path = tmp_path / "records.jsonl"
-    env = dict(
-        os.environ,
-        DOMO_KILLCHECK_FILE=str(records_path),
-        PYTHONPATH=os.pathsep.join([str(tmp_path / "pkg"), str(ROOT)]),
-    )
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-q",
-            "-p",
-            "no:cacheprovider",
-            "-p",
-            "tests.mutants._killcheck",
-            "-o",
-            "addopts=",
-            "-c",
-            os.devnull,
-            str(module),
-        ],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=120,
-    )
-    records = run.read_records(records_path)
+    body = "import domo\n\ndef test_x():\n    domo.broken()\n"
+    code, records = killcheck(tmp_path, body, first_on_path=tmp_path / "pkg")
     assert [r["errors"] for r in records] == [[{"type": "AssertionError", "kind": "crash"}]]
-    assert run.verdict_from(result.returncode, records)[0] == run.CRASHED
+    assert run.verdict_from(code, records)[0] == run.CRASHED
 
 
 def test_a_group_counts_each_leaf(tmp_path: Path) -> None:
