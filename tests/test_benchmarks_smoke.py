@@ -17,6 +17,8 @@ ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "benchmarks" / "core.py"
 CASES = [
     "broker: request cycle, 100 workers, 10 services",
+    "family broker: request cycle, MDP/0.2",
+    "family broker: request cycle, MDP/0.1 REQ clients",
     "broker: tick, 10,000 idle workers, nothing due",
     "broker: heartbeat round, 10,000 workers due",
     "worker session: REQUEST in, FINAL out",
