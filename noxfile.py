@@ -81,6 +81,17 @@ def fuzz_planted(session: nox.Session) -> None:
 
 
 @nox.session
+def chaos(session: nox.Session) -> None:
+    """The chaos harness's long form: 10,000 requests while workers are SIGKILLed every ~0.5 s
+    and the broker is SIGKILLed and restarted; 0 lost, 0 duplicated; then an honest client under a
+    garbage flood from two processes (docs/reliability.md).
+    Options after ``--`` go to tests/chaos/harness.py (``--requests N``, ``--seed N``, ...)."""
+    session.install("-e", ".", *group("test"))
+    session.run("python", "tests/chaos/harness.py", "--requests", "10000", *session.posargs)
+    session.run("python", "tests/chaos/flood.py", "--seconds", "10", "--flooders", "2")
+
+
+@nox.session
 def stateful_long(session: nox.Session) -> None:
     """The Hypothesis state machines of the core with the ``long`` profile."""
     session.install("-e", ".", *group("test"))

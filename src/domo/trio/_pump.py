@@ -42,6 +42,7 @@ from ._transport import SENT, Connection
 __all__ = ["BATCH", "SessionPump", "flush_router", "log_event", "pump_router"]
 
 BATCH = 256  # messages handled per wake-up: one checkpoint per batch, and a flood can't hog us
+SLICE = 4  # messages handled between two flushes: replies never wait behind a flood (fairness)
 
 E = TypeVar("E")
 
@@ -72,7 +73,7 @@ async def pump_router(
                 budget = BATCH
                 while True:
                     now = trio.current_time()
-                    messages = conn.receive(budget)
+                    messages = conn.receive(min(budget, SLICE))
                     for message in messages:
                         peer = message[0]
                         assert isinstance(peer, bytes)  # a routing id: 255 bytes at most
