@@ -69,11 +69,13 @@ __all__ = [
     "EXIT_ENDPOINT",
     "EXIT_ERROR",
     "EXIT_FAILED_REQUESTS",
+    "EXIT_FINDINGS",
     "EXIT_INTERRUPTED",
     "EXIT_NOT_FOUND",
     "EXIT_OK",
     "EXIT_REMOTE_ERROR",
     "EXIT_TIMEOUT",
+    "EXIT_UNREACHABLE",
     "EXIT_USAGE",
     "build_parser",
     "main",
@@ -87,9 +89,10 @@ EXIT_USAGE: Final = 2  # bad command line (argparse's own code)
 EXIT_TIMEOUT: Final = 3  # call: no FINAL in time after every retry
 EXIT_REMOTE_ERROR: Final = 4  # call: the worker's handler failed (MDP-D-23 error reply)
 EXIT_ENDPOINT: Final = 5  # an endpoint could not be bound or connected
-EXIT_FINDINGS: Final = 1  # fuzz: the target broke at least one rule
-EXIT_NOT_FOUND: Final = 6  # call mmi.*: the broker answered 404 or 501, not 200
-EXIT_FAILED_REQUESTS: Final = 1  # demo, bench: some requests failed or got a wrong reply
+EXIT_NOT_FOUND: Final = 6  # call mmi.*, bench: the broker says no worker serves it (404, 501)
+EXIT_FINDINGS: Final = 7  # fuzz: the target broke at least one rule
+EXIT_FAILED_REQUESTS: Final = 8  # demo, bench: some requests failed or got a wrong reply
+EXIT_UNREACHABLE: Final = 9  # bench, fuzz: the peer to test never answered (not there?)
 EXIT_INTERRUPTED: Final = 130  # call: stopped by SIGINT (128 + 2, the shell's convention)
 
 DEFAULT_ENDPOINT: Final = "tcp://127.0.0.1:5555"
@@ -138,15 +141,16 @@ EXIT_CODES: Final[dict[str, list[tuple[int, str]]]] = {
         (EXIT_OK, "every request answered with its own body; or stopped by SIGINT/SIGTERM"),
         (EXIT_FAILED_REQUESTS, "some requests were not answered, or answered wrongly"),
         (EXIT_USAGE, "usage error: bad arguments or options"),
-        (EXIT_TIMEOUT, "the service has no worker (mmi.service), or nothing was answered"),
         (EXIT_ENDPOINT, _ENDPOINT_FAILED),
+        (EXIT_NOT_FOUND, "the service has no worker (the broker's mmi.service answer)"),
+        (EXIT_UNREACHABLE, "no broker answered, or no request was answered at all"),
     ],
     "fuzz": [
         (EXIT_OK, "no rule broken"),
         (EXIT_FINDINGS, "the target broke at least one rule"),
         (EXIT_USAGE, "usage error: bad arguments or options"),
-        (EXIT_TIMEOUT, "the target is unreachable"),
         (EXIT_ENDPOINT, _ENDPOINT_FAILED + "; or an --exec command that cannot be started"),
+        (EXIT_UNREACHABLE, "the target is unreachable"),
     ],
 }
 
@@ -718,7 +722,7 @@ async def _fuzz(args: argparse.Namespace) -> int:
         result = await trio.to_thread.run_sync(fuzz.fuzz, options)
     except fuzz.Unreachable as error:
         print(f"domo fuzz: target unreachable: {error}", file=sys.stderr)
-        return EXIT_TIMEOUT
+        return EXIT_UNREACHABLE
     except ValueError as error:  # an endpoint that cannot be bound, a command that cannot start
         print(f"domo fuzz: {error}", file=sys.stderr)
         return EXIT_ENDPOINT
@@ -1315,8 +1319,9 @@ async def _bench(args: argparse.Namespace) -> int:
     )
     problem = await _bench_precheck(args)
     if problem is not None:
-        print(f"domo bench: {problem}", file=sys.stderr)
-        return EXIT_TIMEOUT
+        code, why = problem
+        print(f"domo bench: {why}", file=sys.stderr)
+        return code
     load = DemoLoad()
     body = b"x" * args.size
     # A load that gets no reply for this long stops: every client has used all its retries.
@@ -1355,7 +1360,7 @@ async def _bench(args: argparse.Namespace) -> int:
                 "up and a worker serving it?",
                 file=sys.stderr,
             )
-        return EXIT_TIMEOUT
+        return EXIT_UNREACHABLE
     p50, p99 = _percentiles(load.latencies)
     print(f"throughput: {done / elapsed:.0f} requests/s")
     print(
@@ -1366,8 +1371,9 @@ async def _bench(args: argparse.Namespace) -> int:
     return EXIT_FAILED_REQUESTS if load.failed or load.wrong else EXIT_OK
 
 
-async def _bench_precheck(args: argparse.Namespace) -> str | None:
-    """Ask the broker whether the service has a worker (mmi.service); what is wrong, if any."""
+async def _bench_precheck(args: argparse.Namespace) -> tuple[int, str] | None:
+    """Ask the broker whether the service has a worker (mmi.service); what is wrong, if any
+    (the exit code and why)."""
     if args.service.startswith("mmi."):
         return None  # the broker answers these itself
     client = Client(args.connect, timeout=args.timeout, retries=0)
@@ -1376,14 +1382,16 @@ async def _bench_precheck(args: argparse.Namespace) -> str | None:
             answer = await client.request("mmi.service", args.service.encode())
         except RequestFailed:
             return (
+                EXIT_UNREACHABLE,
                 f"no broker answered at {args.connect} within {args.timeout:g} s "
-                "(is `domo broker` running there?)"
+                "(is `domo broker` running there?)",
             )
     if answer[:1] != [b"200"]:
         return (
+            EXIT_NOT_FOUND,
             f"no worker serves {args.service!r} at {args.connect} (mmi.service answered "
             f"{b''.join(answer[:1]).decode('ascii', 'replace')}); start one first, e.g. "
-            f"`domo worker {shlex.quote(args.service)} --exec CMD --connect {args.connect}`"
+            f"`domo worker {shlex.quote(args.service)} --exec CMD --connect {args.connect}`",
         )
     return None
 

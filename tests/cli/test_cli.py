@@ -19,13 +19,17 @@ import pytest
 import trio
 
 import domo as domo_package
+from domo import cli
 from domo.cli import (
     EXIT_CODES,
     EXIT_ENDPOINT,
+    EXIT_FAILED_REQUESTS,
+    EXIT_FINDINGS,
     EXIT_NOT_FOUND,
     EXIT_OK,
     EXIT_REMOTE_ERROR,
     EXIT_TIMEOUT,
+    EXIT_UNREACHABLE,
     EXIT_USAGE,
 )
 from domo.protocol import WorkerConfig
@@ -96,6 +100,15 @@ def test_every_exit_code_means_one_thing_per_command() -> None:
         codes = [code for code, _ in table]
         assert len(codes) == len(set(codes)), command
     assert (EXIT_TIMEOUT, EXIT_REMOTE_ERROR, EXIT_ENDPOINT, EXIT_NOT_FOUND) == (3, 4, 5, 6)
+    assert (EXIT_FINDINGS, EXIT_FAILED_REQUESTS, EXIT_UNREACHABLE) == (7, 8, 9)
+
+
+def test_no_exit_code_has_two_meanings_across_commands() -> None:
+    """1 is a bug and nothing else, 3 a call that timed out and nothing else: every exit code
+    constant has its own value."""
+    codes = {name: getattr(cli, name) for name in cli.__all__ if name.startswith("EXIT_")}
+    assert len(set(codes.values())) == len(codes), codes
+    assert codes["EXIT_ERROR"] == 1
 
 
 async def test_version_from_the_installed_console_script() -> None:
@@ -252,7 +265,7 @@ async def test_bench_loads_a_running_broker_and_reports(domo: StartDomo) -> None
         "bench", "nobody", "--connect", endpoint, "--requests", "2", "--timeout", "0.2",
         "--retries", "0",
     )  # fmt: skip
-    assert nobody.code == EXIT_TIMEOUT
+    assert nobody.code == EXIT_NOT_FOUND
     assert "requests done" not in nobody.stdout  # asked mmi.service first: no load at all
     assert nobody.stderr == (
         f"domo bench: no worker serves 'nobody' at {endpoint} (mmi.service answered 404); "
@@ -260,7 +273,7 @@ async def test_bench_loads_a_running_broker_and_reports(domo: StartDomo) -> None
     )
     nothing = f"tcp://127.0.0.1:{_free_port()}"
     no_broker = await run_domo("bench", "--connect", nothing, "--timeout", "0.3")
-    assert no_broker.code == EXIT_TIMEOUT
+    assert no_broker.code == EXIT_UNREACHABLE
     assert f"no broker answered at {nothing} within 0.3 s" in no_broker.stderr
 
 
@@ -275,7 +288,7 @@ async def test_bench_stops_early_when_nothing_is_answered(domo: StartDomo) -> No
         "bench", "stuck", "--connect", endpoint, "--requests", "100000", "--clients", "2",
         "--timeout", "0.3", "--retries", "0", time_limit=30,
     )  # fmt: skip
-    assert done.code == EXIT_TIMEOUT  # nothing was answered
+    assert done.code == EXIT_UNREACHABLE  # nothing was answered
     assert trio.current_time() - started < 15
     assert "domo bench: no reply for 5 s (" in done.stderr
     assert "stopped early" in done.stderr
@@ -677,7 +690,6 @@ async def test_a_body_too_large_for_the_heartbeat_is_named(domo: StartDomo) -> N
         "call", "echo", "-", "--connect", endpoint, "--timeout", "8", "--retries", "0", "--raw",
         stdin=b"\0" * 300_000_000, time_limit=90,
     )  # fmt: skip
-    assert done.code == EXIT_TIMEOUT
     assert done.code == EXIT_TIMEOUT, done.stderr  # 300 MB cannot cross loopback in 0.1 s here
     assert "a body of 300 MB may take longer to cross than the broker's liveness" in done.stderr
     hint = await broker.line("while it held a request of 300 MB", "stderr")
