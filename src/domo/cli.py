@@ -31,7 +31,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Final
+from typing import Final, TypeVar
 
 import trio
 import zmq
@@ -96,6 +96,7 @@ EXIT_UNREACHABLE: Final = 9  # bench, fuzz: the peer to test never answered (not
 EXIT_INTERRUPTED: Final = 130  # call: stopped by SIGINT (128 + 2, the shell's convention)
 
 DEFAULT_ENDPOINT: Final = "tcp://127.0.0.1:5555"
+T = TypeVar("T")
 
 # What each command's exit codes mean, for its --help: a command lists only its own.
 _STOPPED = "stopped by SIGINT or SIGTERM (a requested stop is not a failure)"
@@ -529,13 +530,64 @@ def _add_bench(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
 
 
+class _FromEnvironment(str):
+    """An option's default taken from an environment variable (``ENV_DEFAULTS``).
+
+    argparse converts a string default with the option's type when the option is not given,
+    so a bad value is a usage error; ``_or_env`` names the variable in it.
+    """
+
+    variable: str
+
+    def __new__(cls, value: str, variable: str) -> _FromEnvironment:
+        text = super().__new__(cls, value)
+        text.variable = variable
+        return text
+
+
+# Environment variables that set an option's default, so every process of a deployment (broker,
+# workers, callers) can share one setting; an option on the command line wins.
+ENV_DEFAULTS: Final = {
+    "--connect": "DOMO_ENDPOINT",
+    "--heartbeat-interval": "DOMO_HEARTBEAT_INTERVAL",
+    "--liveness": "DOMO_LIVENESS",
+}
+
+
+def _env_default(option: str, fallback: object) -> object:
+    """The default of ``option``: its environment variable's value if set, else ``fallback``."""
+    variable = ENV_DEFAULTS[option]
+    value = os.environ.get(variable)
+    return fallback if value is None else _FromEnvironment(value, variable)
+
+
+def _env_help(option: str) -> str:
+    return f"; or set {ENV_DEFAULTS[option]}"
+
+
+def _or_env(convert: Callable[[str], T]) -> Callable[[str], T]:
+    """``convert``, with the environment variable named when a default from it is bad."""
+
+    def converted(text: str) -> T:
+        try:
+            return convert(text)
+        except argparse.ArgumentTypeError as error:
+            if isinstance(text, _FromEnvironment):
+                raise argparse.ArgumentTypeError(f"{error} (from {text.variable})") from None
+            raise
+
+    return converted
+
+
 def _add_connect_option(sub: argparse.ArgumentParser) -> None:
     sub.add_argument(
         "--connect",
-        type=partial(_endpoint, CONNECT_SCHEMES),
-        default=DEFAULT_ENDPOINT,
+        type=_or_env(partial(_endpoint, CONNECT_SCHEMES)),
+        default=_env_default("--connect", DEFAULT_ENDPOINT),
         metavar="ENDPOINT",
-        help="the broker's endpoint, tcp:// or ipc:// (default: %(default)s)",
+        help="the broker's endpoint, tcp:// or ipc:// (default: %(default)s"
+        + _env_help("--connect")
+        + ")",
     )
 
 
@@ -749,18 +801,20 @@ async def _fuzz(args: argparse.Namespace) -> int:
 def _add_heartbeat_options(sub: argparse.ArgumentParser, interval: float, liveness: int) -> None:
     sub.add_argument(
         "--heartbeat-interval",
-        type=_positive_float,
-        default=interval,
+        type=_or_env(_positive_float),
+        default=_env_default("--heartbeat-interval", interval),
         metavar="SECONDS",
-        help="seconds between heartbeats; broker and workers must agree (default: %(default)s)",
+        help="seconds between heartbeats; broker and workers must agree (default: %(default)s"
+        + _env_help("--heartbeat-interval")
+        + ")",
     )
     sub.add_argument(
         "--liveness",
-        type=_positive_int,
-        default=liveness,
+        type=_or_env(_positive_int),
+        default=_env_default("--liveness", liveness),
         metavar="N",
         help="the peer is lost after N heartbeat intervals of silence; broker and workers "
-        "must agree (default: %(default)s)",
+        "must agree (default: %(default)s" + _env_help("--liveness") + ")",
     )
 
 

@@ -6,6 +6,7 @@ heartbeats (0.2 s, liveness 3) where a test waits for a peer to be noticed as go
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import shutil
@@ -35,7 +36,7 @@ from domo.cli import (
 from domo.protocol import WorkerConfig
 from domo.trio import run_worker
 
-from .conftest import QUICK_BEATS, DomoProcess, StartDomo, run_domo
+from .conftest import DOMO, QUICK_BEATS, DomoProcess, StartDomo, run_domo
 
 pytestmark = pytest.mark.io
 
@@ -694,3 +695,39 @@ async def test_a_body_too_large_for_the_heartbeat_is_named(domo: StartDomo) -> N
     assert "a body of 300 MB may take longer to cross than the broker's liveness" in done.stderr
     hint = await broker.line("while it held a request of 300 MB", "stderr")
     assert "raise --heartbeat-interval (on the broker and its workers)" in hint
+
+
+async def test_defaults_from_the_environment(domo: StartDomo) -> None:
+    """DOMO_ENDPOINT, DOMO_HEARTBEAT_INTERVAL and DOMO_LIVENESS set the defaults of --connect,
+    --heartbeat-interval and --liveness (one setting for every process of a deployment); an
+    option given wins; a bad value is a usage error that names the variable; --help shows it."""
+    broker, endpoint = await start_broker(domo)
+    await start_worker(domo, broker, "echo", "--connect", endpoint)
+    environment = {**os.environ, "DOMO_ENDPOINT": endpoint}
+    with trio.fail_after(20):
+        done = await trio.run_process(
+            [*DOMO, "call", "echo", "hi"], env=environment, capture_stdout=True, check=False
+        )
+    assert (done.returncode, done.stdout) == (0, b"hi\n")
+    wrong = {**environment, "DOMO_ENDPOINT": "tcp://127.0.0.1:1"}  # the option wins over it
+    with trio.fail_after(20):
+        done = await trio.run_process(
+            [*DOMO, "call", "echo", "hi", "--connect", endpoint],
+            env=wrong,
+            capture_stdout=True,
+            check=False,
+        )
+    assert (done.returncode, done.stdout) == (0, b"hi\n")
+    for variable, value in [("DOMO_LIVENESS", "many"), ("DOMO_ENDPOINT", "tcp://nowhere")]:
+        with trio.fail_after(20):
+            bad = await trio.run_process(
+                [*DOMO, "worker", "echo"],
+                env={**os.environ, variable: value},
+                capture_stderr=True,
+                check=False,
+            )
+        assert bad.returncode == EXIT_USAGE
+        assert f"(from {variable})" in bad.stderr.decode()
+    shown = await run_domo("worker", "--help")
+    for variable in ("DOMO_ENDPOINT", "DOMO_HEARTBEAT_INTERVAL", "DOMO_LIVENESS"):
+        assert variable in shown.stdout
