@@ -14,7 +14,9 @@ stderr and exit with their code; only a bug prints a traceback.
 from __future__ import annotations
 
 import argparse
+import base64
 import itertools
+import json
 import logging
 import math
 import os
@@ -407,10 +409,17 @@ def _add_call(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
         "0: until stopped. A failed request is reported and the next one sent; the exit code "
         "is that of the last failure (default: %(default)s)",
     )
-    sub.add_argument(
+    output = sub.add_mutually_exclusive_group()
+    output.add_argument(
         "--raw",
         action="store_true",
         help="write reply frames to stdout as raw bytes, nothing added",
+    )
+    output.add_argument(
+        "--json",
+        action="store_true",
+        help='write each reply as one JSON line: {"reply": "partial" or "final", "frames": '
+        '[...], "encoding": "utf-8" or "base64"} (base64 when a frame is not UTF-8)',
     )
 
 
@@ -459,6 +468,11 @@ def _add_demo(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
         type=partial(_endpoint, BIND_SCHEMES),
         default="inproc://domo-demo",
         help="where the broker binds (default: %(default)s)",
+    )
+    sub.add_argument(
+        "--json",
+        action="store_true",
+        help="print the figures as one JSON object on stdout instead of lines for people",
     )
 
 
@@ -527,6 +541,11 @@ def _add_bench(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         default=3,
         metavar="N",
         help="resends before a request counts as failed (default: %(default)s)",
+    )
+    sub.add_argument(
+        "--json",
+        action="store_true",
+        help="print the figures as one JSON object on stdout instead of lines for people",
     )
 
 
@@ -1263,12 +1282,16 @@ async def _request(args: argparse.Namespace) -> int:
 
 
 async def _request_once(client: Client, args: argparse.Namespace) -> int:
-    write = _write_raw if args.raw else _write_text
     final: list[bytes] = []
     try:
         async with client.stream(args.service, *args.frames) as replies:
             async for reply in replies:
-                write(reply.body)
+                if args.json:
+                    _write_json_reply(reply.body, reply.final)
+                elif args.raw:
+                    _write_raw(reply.body)
+                else:
+                    _write_text(reply.body)
                 final = reply.body
     except RemoteError as error:
         print(
@@ -1291,6 +1314,48 @@ async def _request_once(client: Client, args: argparse.Namespace) -> int:
         print(f"domo call: the broker answered {status} to {args.service}", file=sys.stderr)
         return EXIT_NOT_FOUND
     return EXIT_OK
+
+
+def _quiet(*_: object, **__: object) -> None:
+    """``print``'s stand-in for the lines for people under ``--json``."""
+
+
+def _write_json_reply(frames: list[bytes], final: bool) -> None:
+    """One reply as one JSON line (``call --json``): every frame as text if all are UTF-8,
+    else every frame in base64, so a reader decodes one message one way."""
+    try:
+        shown, encoding = [frame.decode("utf-8") for frame in frames], "utf-8"
+    except UnicodeDecodeError:
+        shown, encoding = [base64.b64encode(frame).decode("ascii") for frame in frames], "base64"
+    line = {"reply": "final" if final else "partial", "frames": shown, "encoding": encoding}
+    print(json.dumps(line), flush=True)
+
+
+def _json_load_report(
+    command: str, load: DemoLoad, elapsed: float, code: int, **fields: object
+) -> None:
+    """What ``bench --json`` and ``demo --json`` print: one JSON object on stdout."""
+    done = len(load.latencies)
+    latency: dict[str, float] | None = None
+    if done:
+        p50, p99 = _percentiles(load.latencies)
+        latency = {
+            "p50": round(p50 * 1000, 3),
+            "p99": round(p99 * 1000, 3),
+            "max": round(max(load.latencies) * 1000, 3),
+        }
+    record = {
+        "command": command,
+        **fields,
+        "requests_done": done,
+        "failed": load.failed,
+        "wrong": load.wrong,
+        "seconds": round(elapsed, 3),
+        "requests_per_s": round(done / elapsed, 1) if done and elapsed > 0 else 0.0,
+        "latency_ms": latency,
+        "exit_code": code,
+    }
+    print(json.dumps(record), flush=True)
 
 
 async def _why_no_reply(args: argparse.Namespace, attempts: int) -> str:
@@ -1366,7 +1431,8 @@ class DemoLoad:
 async def _bench(args: argparse.Namespace) -> int:
     requests = None if args.duration is not None else args.requests
     amount = f"{requests} requests" if requests else f"requests for {args.duration:g} s"
-    print(
+    say = _quiet if args.json else print  # --json: one JSON object on stdout, nothing else
+    say(
         f"domo bench: {args.clients} clients -> {args.service!r} at {args.connect}, "
         f"{args.size}-byte bodies, {amount}",
         flush=True,
@@ -1403,18 +1469,27 @@ async def _bench(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     done = len(load.latencies)
-    print(
-        f"requests done: {done} in {elapsed:.2f} s ({load.failed} failed"
-        + (f", {load.wrong} wrong replies)" if args.service == "echo" else ")")
-    )
+    code = EXIT_FAILED_REQUESTS if load.failed or load.wrong else EXIT_OK
     if not done:
+        code = EXIT_UNREACHABLE
         if not watch.stalled:
             print(
                 f"domo bench: no reply from {args.service!r} at {args.connect}; is the broker "
                 "up and a worker serving it?",
                 file=sys.stderr,
             )
-        return EXIT_UNREACHABLE
+    if args.json:
+        _json_load_report(
+            "bench", load, elapsed, code, service=args.service, endpoint=args.connect,
+            clients=args.clients, size=args.size,
+        )  # fmt: skip
+        return code
+    print(
+        f"requests done: {done} in {elapsed:.2f} s ({load.failed} failed"
+        + (f", {load.wrong} wrong replies)" if args.service == "echo" else ")")
+    )
+    if not done:
+        return code
     p50, p99 = _percentiles(load.latencies)
     print(f"throughput: {done / elapsed:.0f} requests/s")
     print(
@@ -1422,7 +1497,7 @@ async def _bench(args: argparse.Namespace) -> int:
         f"max {max(load.latencies) * 1000:.2f} ms",
         flush=True,
     )
-    return EXIT_FAILED_REQUESTS if load.failed or load.wrong else EXIT_OK
+    return code
 
 
 async def _bench_precheck(args: argparse.Namespace) -> tuple[int, str] | None:
@@ -1515,7 +1590,8 @@ async def _run_demo(args: argparse.Namespace, context: zmq.Context[zmq.Socket[by
             finals[event.worker] = finals.get(event.worker, 0) + 1
 
     amount = f"{requests} requests" if requests else f"requests for {args.duration:g} s"
-    print(
+    say = _quiet if args.json else print  # --json: one JSON object on stdout, nothing else
+    say(
         f"domo demo: a broker on {args.endpoint}, {args.workers} echo workers, "
         f"{args.clients} clients, {amount}",
         flush=True,
@@ -1531,13 +1607,20 @@ async def _run_demo(args: argparse.Namespace, context: zmq.Context[zmq.Socket[by
             with trio.fail_after(30):
                 await all_registered.wait()
             took = (time.perf_counter() - started) * 1000
-            print(f"workers registered: {len(registered)} of {args.workers} in {took:.1f} ms")
+            say(f"workers registered: {len(registered)} of {args.workers} in {took:.1f} ms")
             with trio.CancelScope() as load_scope:
                 nursery.start_soon(_stop_on_signal, signals, load_scope, "demo")
                 started = time.perf_counter()
                 await _demo_load(endpoint, context, args.clients, requests, args.duration, load)
             elapsed = time.perf_counter() - started
             nursery.cancel_scope.cancel()
+    if args.json:
+        code = EXIT_FAILED_REQUESTS if load.failed or load.wrong else EXIT_OK
+        _json_load_report(
+            "demo", load, elapsed, code, endpoint=args.endpoint, workers=args.workers,
+            clients=args.clients, finals_per_worker=list(finals.values()),
+        )  # fmt: skip
+        return code
     return _demo_report(load, requests, elapsed, finals)
 
 

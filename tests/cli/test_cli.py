@@ -6,6 +6,8 @@ heartbeats (0.2 s, liveness 3) where a test waits for a peer to be noticed as go
 
 from __future__ import annotations
 
+import base64
+import json
 import os
 import re
 import shlex
@@ -731,3 +733,39 @@ async def test_defaults_from_the_environment(domo: StartDomo) -> None:
     shown = await run_domo("worker", "--help")
     for variable in ("DOMO_ENDPOINT", "DOMO_HEARTBEAT_INTERVAL", "DOMO_LIVENESS"):
         assert variable in shown.stdout
+
+
+async def test_json_output_of_call_bench_and_demo(domo: StartDomo) -> None:
+    """--json: `call` writes one JSON line per reply (UTF-8 frames as text, otherwise every
+    frame of that reply in base64); `bench` and `demo` one JSON object with their figures,
+    and nothing else on stdout."""
+    broker, endpoint = await start_broker(domo)
+    await start_worker(domo, broker, "echo", "--connect", endpoint)
+    text = await run_domo("call", "echo", "hé", "two", "--connect", endpoint, "--json")
+    assert text.code == EXIT_OK, text.stderr
+    assert [json.loads(line) for line in text.stdout.splitlines()] == [
+        {"reply": "final", "frames": ["hé", "two"], "encoding": "utf-8"}
+    ]
+    binary = await run_domo(
+        "call", "echo", "-", "plain", "--connect", endpoint, "--json", stdin=b"\xff\x00"
+    )
+    assert json.loads(binary.stdout) == {
+        "reply": "final",
+        "frames": [base64.b64encode(b"\xff\x00").decode(), base64.b64encode(b"plain").decode()],
+        "encoding": "base64",
+    }
+    bench = await run_domo("bench", "--connect", endpoint, "--requests", "30", "--json")
+    assert bench.code == EXIT_OK, bench.stderr
+    figures = json.loads(bench.stdout)
+    assert (figures["command"], figures["requests_done"], figures["failed"]) == ("bench", 30, 0)
+    assert figures["wrong"] == 0
+    assert figures["exit_code"] == EXIT_OK
+    assert 0 < figures["latency_ms"]["p50"] <= figures["latency_ms"]["p99"]
+    demo = await run_domo("demo", "--requests", "40", "--json")
+    assert demo.code == EXIT_OK, demo.stderr
+    record = json.loads(demo.stdout)
+    assert (record["command"], record["requests_done"], sum(record["finals_per_worker"])) == (
+        "demo",
+        40,
+        40,
+    )
