@@ -39,7 +39,8 @@ def group(name: str) -> list[str]:
 @nox.session
 def tests(session: nox.Session) -> None:
     """The whole test suite (Hypothesis profile ``ci`` when CI is set)."""
-    session.install("-e", ".[trace]", *group("test"))  # trace: pyarrow, for tests/trace
+    # trace: pyarrow, for tests/trace; metrics: prometheus-client, for tests/test_metrics.py
+    session.install("-e", ".[trace,metrics]", *group("test"))
     session.run("pytest", *session.posargs)
 
 
@@ -61,7 +62,7 @@ def lint(session: nox.Session) -> None:
 @nox.session
 def typecheck(session: nox.Session) -> None:
     """mypy --strict over src, tests and this file."""
-    session.install("-e", ".", *group("typecheck"))
+    session.install("-e", ".[metrics]", *group("typecheck"))
     session.run("mypy", *session.posargs)
 
 
@@ -139,7 +140,7 @@ def docs(session: nox.Session) -> None:
 
     Screenshots land in build/site-check/.
     """
-    session.install("-e", ".", *group("docs"), *group("test"))
+    session.install("-e", ".[metrics]", *group("docs"), *group("test"))
     session.run("mkdocs", "build", "--strict", env={"NO_MKDOCS_2_WARNING": "1"})
     session.run("pytest", "tests/docs", "-q", *session.posargs)
     if not Path("/usr/bin/chromium").exists() or not Path("/usr/bin/chromedriver").exists():

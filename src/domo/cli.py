@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import dataclasses
 import itertools
 import json
 import logging
@@ -148,6 +149,12 @@ EXIT_CODES: Final[dict[str, list[tuple[int, str]]]] = {
         (EXIT_NOT_FOUND, "the service has no worker (the broker's mmi.service answer)"),
         (EXIT_UNREACHABLE, "no broker answered, or no request was answered at all"),
     ],
+    "status": [
+        (EXIT_OK, "the broker's state was printed"),
+        (EXIT_ERROR, _BUG),
+        (EXIT_USAGE, "usage error: bad arguments or options; or prometheus-client missing"),
+        (EXIT_UNREACHABLE, "the metrics could not be read (no broker with --metrics there?)"),
+    ],
     "fuzz": [
         (EXIT_OK, "no rule broken"),
         (EXIT_FINDINGS, "the target broke at least one rule"),
@@ -231,6 +238,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_demo(commands)
     _add_bench(commands)
     _add_fuzz(commands)
+    _add_status(commands)
     return parser
 
 
@@ -321,6 +329,13 @@ def _add_broker(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
         metavar="DIR",
         help="write one Parquet trace record per request and per worker change into DIR "
         "(needs pip install '.[trace]' in domo's source directory; schema in docs/traces.md)",
+    )
+    sub.add_argument(
+        "--metrics",
+        metavar="HOST:PORT",
+        type=_metrics_address,
+        help="serve Prometheus metrics over HTTP at http://HOST:PORT/metrics (port 0 picks a "
+        "free one; needs pip install '.[metrics]'); `domo status` reads them",
     )
 
 
@@ -892,6 +907,76 @@ def _endpoint_to_bind_or_connect(schemes: Sequence[str], text: str) -> str:
         raise argparse.ArgumentTypeError(str(error)) from None
 
 
+# --- domo status ------------------------------------------------------------------------------
+
+DEFAULT_METRICS: Final = "127.0.0.1:9100"
+
+
+def _add_status(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    sub = _subcommand(
+        commands,
+        "status",
+        "show a running broker's services, workers and queues",
+        "Read the metrics of a broker started with --metrics HOST:PORT and print, per service, "
+        "its idle and busy workers, the requests waiting in its queue, and the requests "
+        "completed, expired and dropped so far; then the workers lost by reason and the "
+        "protocol violations by rule. Requests for services no worker ever served count "
+        "under '(none)'. Needs pip install '.[metrics]'.",
+        _status,
+        "warning",
+    )
+    sub.add_argument(
+        "metrics",
+        metavar="HOST:PORT|URL",
+        nargs="?",
+        default=DEFAULT_METRICS,
+        help="the broker's --metrics address, or the full URL (default: %(default)s)",
+    )
+    sub.add_argument(
+        "--json", action="store_true", help="print the status as one JSON object instead"
+    )
+
+
+async def _status(args: argparse.Namespace) -> int:
+    try:
+        from domo.metrics import read_status
+    except ImportError:
+        print(
+            "domo status: needs prometheus-client: pip install '.[metrics]' in domo's source "
+            "directory",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
+    target = args.metrics
+    url = target if "://" in target else f"http://{target}/metrics"
+    try:
+        status = await trio.to_thread.run_sync(read_status, url)
+    except (OSError, ValueError) as error:
+        print(f"domo status: cannot read {url}: {error}", file=sys.stderr)
+        return EXIT_UNREACHABLE
+    if args.json:
+        print(json.dumps(dataclasses.asdict(status)), flush=True)
+        return EXIT_OK
+    header = ("service", "idle", "busy", "queued", "completed", "expired", "dropped")
+    rows = [
+        (s.name, s.idle, s.busy, s.queued, s.completed, s.expired, s.dropped)
+        for s in sorted(status.services.values(), key=lambda s: s.name)
+        if (s.idle, s.busy, s.queued, s.completed, s.expired, s.dropped) != (0,) * 6
+    ]
+    widths = [max(len(str(row[i])) for row in [header, *rows]) for i in range(len(header))]
+    for row in [header, *rows]:
+        cells = [str(cell).ljust(w) if i == 0 else str(cell).rjust(w) for i, (cell, w) in
+                 enumerate(zip(row, widths, strict=True))]  # fmt: skip
+        print("  ".join(cells).rstrip())
+    if not rows:
+        print("(no service has workers or requests)")
+    losses = ", ".join(f"{reason} {n}" for reason, n in sorted(status.worker_losses.items()))
+    violations = ", ".join(f"{rule} {n}" for rule, n in sorted(status.violations.items()))
+    print(f"workers lost: {losses or 'none'}")
+    print(f"violations: {violations or 'none'}", flush=True)
+    return EXIT_OK
+
+
 # --- domo broker ------------------------------------------------------------------------------
 
 
@@ -914,6 +999,29 @@ async def _broker(args: argparse.Namespace) -> int:
     if args.trace_dir is not None and (error := _check_trace_dir(args.trace_dir)) is not None:
         print(f"domo broker: {error}", file=sys.stderr)
         return EXIT_USAGE
+    if args.metrics is not None:
+        try:
+            from domo.metrics import BrokerMetrics, serve_metrics
+        except ImportError:
+            print(
+                "domo broker: --metrics needs prometheus-client: pip install '.[metrics]' in "
+                "domo's source directory",
+                file=sys.stderr,
+            )
+            return EXIT_USAGE
+        metrics = BrokerMetrics()
+        try:
+            host, port = serve_metrics(args.metrics, metrics)
+        except OSError as error:
+            print(f"domo broker: cannot serve metrics at {args.metrics}: {error}", file=sys.stderr)
+            return EXIT_ENDPOINT
+        print(f"domo broker: metrics on http://{host}:{port}/metrics", flush=True)
+        counted = on_event
+
+        def on_event(event: BrokerEvent) -> None:
+            counted(event)
+            metrics.on_event(event)
+
     serve = partial(serve_broker, config=config, on_event=on_event, trace_dir=args.trace_dir)
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async with trio.open_nursery() as nursery:
@@ -923,6 +1031,14 @@ async def _broker(args: argparse.Namespace) -> int:
             await _stop_on_signal(signals, nursery.cancel_scope, "broker")
     print(f"domo broker: stopped; {completed} requests completed", flush=True)
     return EXIT_OK
+
+
+def _metrics_address(text: str) -> str:
+    """An argparse type: ``HOST:PORT`` for the metrics' HTTP server."""
+    host, colon, port = text.rpartition(":")
+    if not colon or not host or not port.isdigit() or int(port) > 65535:
+        raise argparse.ArgumentTypeError(f"not HOST:PORT (port 0 to 65535): {text!r}")
+    return text
 
 
 def _check_trace_dir(directory: str) -> str | None:
