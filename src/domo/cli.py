@@ -60,7 +60,7 @@ from domo.trio import (
     Client,
     Handler,
     RemoteError,
-    RequestFailed,
+    RequestError,
     RequestTimeout,
     ZmqTransport,
     run_worker,
@@ -1481,7 +1481,7 @@ async def _why_no_reply(args: argparse.Namespace, attempts: int) -> str:
     async with Client(args.connect, timeout=min(args.timeout, 1.0), retries=0) as client:
         try:
             answer = await client.request("mmi.service", args.service.encode())
-        except RequestFailed:
+        except RequestError:
             return f"no broker answered at {args.connect} either (is `domo broker` running?)"
     if answer[:1] != [b"200"]:
         return f"the broker says no worker serves {args.service!r} (mmi.service: 404)"
@@ -1625,7 +1625,7 @@ async def _bench_precheck(args: argparse.Namespace) -> tuple[int, str] | None:
     async with client:
         try:
             answer = await client.request("mmi.service", args.service.encode())
-        except RequestFailed:
+        except RequestError:
             return (
                 EXIT_UNREACHABLE,
                 f"no broker answered at {args.connect} within {args.timeout:g} s "
@@ -1765,7 +1765,7 @@ async def _demo_load(
                 start = time.perf_counter()
                 try:
                     reply = await client.request(service, body)
-                except RequestFailed:
+                except RequestError:
                     load.failed += 1
                     continue
                 load.latencies.append(time.perf_counter() - start)
