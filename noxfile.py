@@ -128,7 +128,8 @@ def docs(session: nox.Session) -> None:
 
     Screenshots land in build/site-check/.
     """
-    session.install("-e", ".", *group("docs"), *group("test"))
+    # The trace extra: the operating tutorial reads a broker's --trace-dir with pyarrow.
+    session.install("-e", ".[trace]", *group("docs"), *group("test"))
     session.run("mkdocs", "build", "--strict", env={"NO_MKDOCS_2_WARNING": "1"})
     session.run("pytest", "tests/docs", "-q", *session.posargs)
     if not Path("/usr/bin/chromium").exists() or not Path("/usr/bin/chromedriver").exists():
