@@ -373,6 +373,8 @@ def log_records(process: Process) -> list[dict[str, object]]:
 
 
 def test_operating_a_broker(processes: Callable[..., Process], tmp_path: Path) -> None:
+    # --trace-dir needs the trace extra: `nox -s docs` and `nox -s tests` install it.
+    pytest.importorskip("pyarrow")
     [start_command] = shell_commands("operate_broker.sh")
     broker, endpoint = start_broker(processes, start_command, cwd=tmp_path)  # ./traces there
     check = shell_commands("operate_check.sh", endpoint)
@@ -516,3 +518,52 @@ def test_majortomo_peers_and_domo_peers_share_a_broker(
     assert old_worker.stop(signal.SIGTERM) == 0, str(old_worker)
     gone = run(DOMO, "call", "mmi.service", "shout", "--connect", endpoint)
     assert gone.stdout == "404\n", gone
+
+
+SLOW_MAJORTOMO_WORKER = """
+import sys, time, majortomo
+from majortomo.error import Disconnected
+worker = majortomo.Worker(sys.argv[1], b"slow", heartbeat_interval=0.2, heartbeat_timeout=0.6)
+worker.connect()
+while True:
+    try:
+        client, body = worker.wait_for_request()
+    except Disconnected:
+        worker.connect(reconnect=True)
+        continue
+    time.sleep(1.0)  # longer than the broker's liveness x interval: 0.6 s
+    worker.send_reply_final(client, body)
+"""
+
+SLOW_DOMO_WORKER = """
+import sys, time
+from domo.protocol import WorkerConfig
+from domo.sync import run_worker
+def slow(body):
+    time.sleep(1.0)
+    return body
+run_worker(sys.argv[1], "slow", slow, config=WorkerConfig(heartbeat_interval=0.2, liveness=3))
+"""
+
+
+def test_majortomo_page_long_requests_claim(
+    processes: Callable[..., Process], majortomo_python: str
+) -> None:
+    """from-majortomo.md, "long requests": a majortomo worker busy longer than liveness x
+    interval is taken for dead by domo's broker (it sends no heartbeat while busy); a domo.sync
+    worker with the same handler is not."""
+    argv = ["domo", "broker", "--bind", "tcp://127.0.0.1:0"]
+    broker, endpoint = start_broker(
+        processes, [*argv, "--heartbeat-interval", "0.2", "--liveness", "3"]
+    )
+    call = [DOMO, "call", "slow", "x", "--connect", endpoint, "--timeout", "2", "--retries", "0"]
+    majortomo = processes(majortomo_python, "-c", SLOW_MAJORTOMO_WORKER, endpoint)
+    wait_for_service(endpoint, "slow")
+    lost = run(*call)
+    assert lost.returncode == 3, lost
+    broker.line("WorkerExpired: .*'slow'", stream="err")
+    majortomo.stop(signal.SIGKILL)
+    processes(sys.executable, "-c", SLOW_DOMO_WORKER, endpoint)
+    wait_for_service(endpoint, "slow")
+    served = run(*call)
+    assert (served.returncode, served.stdout) == (0, "x\n"), served
