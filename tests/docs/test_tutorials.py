@@ -48,6 +48,7 @@ RUN_BY = {
     "fuzz_broker.sh": "test_fuzz_tutorial_commands_run",
     "embed_client.py": "test_embedded_client_and_worker",
     "embed_worker.py": "test_embedded_client_and_worker",
+    "embed_broker.py": "test_embedded_broker_serves_domo_and_embedded_peers",
     "operate_broker.sh": "test_operating_a_broker",
     "operate_check.sh": "test_operating_a_broker",
     "operate_stop.sh": "test_operating_a_broker",
@@ -362,6 +363,25 @@ def test_embedded_client_and_worker(broker: str, processes: Callable[..., Proces
     assert "WorkerConnected" in "".join(worker.err)
     mmi = run(DOMO, "call", "mmi.service", "reverse", "--connect", broker)
     assert mmi.stdout.strip() == "404"
+
+
+def test_embedded_broker_serves_domo_and_embedded_peers(
+    processes: Callable[..., Process],
+) -> None:
+    broker = processes(sys.executable, "embed_broker.py", "tcp://127.0.0.1:0")
+    endpoint = broker.line(r"^listening on tcp://127\.0\.0\.1:\d+$").split()[-1]
+    domo_worker = processes(DOMO, "worker", "echo", "--connect", endpoint)
+    processes(sys.executable, "embed_worker.py", endpoint)
+    wait_for_service(endpoint, "echo")
+    wait_for_service(endpoint, "reverse")
+    echo = run(DOMO, "call", "echo", "hi", "--connect", endpoint)
+    assert (echo.returncode, echo.stdout) == (0, "hi\n"), echo.stderr
+    reverse = run(sys.executable, "embed_client.py", endpoint, "reverse", "abc")
+    assert (reverse.returncode, reverse.stdout) == (0, "cba\n"), reverse.stderr
+    # SIGTERM: DISCONNECT to every worker, exit 0; domo's worker reconnects, waiting for a broker.
+    assert broker.stop(signal.SIGTERM) == 0, str(broker)
+    assert sum("left: broker-shutdown; DISCONNECT sent" in line for line in broker.err) == 2
+    domo_worker.line("ReconnectRequired: broker-disconnect", stream="err")
 
 
 # --- operating a broker ------------------------------------------------------------------------
