@@ -1,2 +1,2 @@
-# SIGTERM (what systemd, Docker and Kubernetes send) or SIGINT (Ctrl-C): a graceful stop
+# SIGTERM, as systemd, Docker and Kubernetes send it (Ctrl-C, SIGINT, is the same)
 kill -TERM "$BROKER_PID"
