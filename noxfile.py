@@ -140,7 +140,9 @@ def docs(session: nox.Session) -> None:
 
     Screenshots land in build/site-check/.
     """
-    session.install("-e", ".[metrics]", *group("docs"), *group("test"))
+    # trace: the operating tutorial reads a broker's --trace-dir with pyarrow; metrics: the API
+    # reference of domo.metrics.
+    session.install("-e", ".[trace,metrics]", *group("docs"), *group("test"))
     session.run("mkdocs", "build", "--strict", env={"NO_MKDOCS_2_WARNING": "1"})
     session.run("pytest", "tests/docs", "-q", *session.posargs)
     if not Path("/usr/bin/chromium").exists() or not Path("/usr/bin/chromedriver").exists():
