@@ -1072,7 +1072,9 @@ class LateWorkerWatch:
 
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
-        self._expired: dict[object, None] = {}  # insertion-ordered: a bounded, ordered set
+        # Insertion-ordered, bounded: expired worker -> whether it held a request then.
+        self._expired: dict[object, bool] = {}
+        self._busy: dict[object, None] = {}  # workers holding a request now
         self._sizes: dict[int, int] = {}  # request id -> body size, for requests not yet done
         self._holding: dict[object, int] = {}  # worker -> size of the request it was sent last
         self.hinted = False
@@ -1104,19 +1106,37 @@ class LateWorkerWatch:
                 del self._sizes[next(iter(self._sizes))]
         elif isinstance(event, RequestDispatched):
             self._holding[event.worker] = self._sizes.get(event.request_id, 0)
+            self._busy[event.worker] = None
         elif isinstance(event, RequestCompleted | RequestDropped | RequestExpired):
             self._sizes.pop(event.request_id, None)
+            if isinstance(event, RequestCompleted):
+                self._busy.pop(event.worker, None)
         elif isinstance(event, WorkerDisconnected) and event.reason == "unreachable":
             self._explain_large_transfer(event)  # it gave the broker up while the body crossed
+        if isinstance(event, WorkerDisconnected):
+            self._busy.pop(event.worker, None)
         if isinstance(event, WorkerExpired):
             self._explain_large_transfer(event)
-            self._expired[event.worker] = None
+            self._expired[event.worker] = event.worker in self._busy
+            self._busy.pop(event.worker, None)
             if len(self._expired) > self.REMEMBERED:
                 del self._expired[next(iter(self._expired))]
         elif (
             isinstance(event, ProtocolViolation) and event.peer in self._expired and not self.hinted
         ):
             self.hinted = True
+            if self._expired[event.peer]:  # it held a request: busy, or its interval differs
+                logger.warning(
+                    "worker %s spoke again after it expired while it held a request (nothing "
+                    "heard from it for %.3g s): a worker must keep sending HEARTBEAT while it "
+                    "works (MDP-H-04; majortomo's worker, for one, does not), or its heartbeat "
+                    "interval is longer than this broker's %.3g s (broker and workers must use "
+                    "the same --heartbeat-interval and --liveness)",
+                    eventlog.peer_text(event.peer),
+                    self.config.liveness * self.config.heartbeat_interval,
+                    self.config.heartbeat_interval,
+                )
+                return
             logger.warning(
                 "worker %s spoke again after it expired (nothing heard from it for %.3g s): its "
                 "heartbeat interval is probably longer than this broker's %.3g s (broker and "

@@ -769,3 +769,45 @@ async def test_json_output_of_call_bench_and_demo(domo: StartDomo) -> None:
         40,
         40,
     )
+
+
+SILENT_WHILE_BUSY = """
+import sys, time, zmq
+socket = zmq.Context().socket(zmq.DEALER)
+socket.connect(sys.argv[1])
+socket.send_multipart([b"", b"MDPW02", b"\\x01", b"slow"])
+while True:  # heartbeats while idle, as a worker must
+    if socket.poll(100):
+        frames = socket.recv_multipart()
+        if frames[2] == b"\\x02":
+            break
+    socket.send_multipart([b"", b"MDPW02", b"\\x05"])
+time.sleep(1.0)  # works without a HEARTBEAT, as majortomo's worker does
+socket.send_multipart([b"", b"MDPW02", b"\\x04", frames[3], b"", b"done"])
+time.sleep(0.5)
+"""
+
+
+async def test_broker_names_a_worker_silent_while_busy(domo: StartDomo) -> None:
+    """A worker that heartbeats while idle but not while it works expires holding a request and
+    speaks again with its FINAL: the hint names both causes, busy silence first."""
+    broker = await domo(
+        "broker", "--bind", "tcp://127.0.0.1:0", "--heartbeat-interval", "0.1", "--liveness", "3"
+    )
+    endpoint = await broker.endpoint()
+    with trio.fail_after(20):
+        worker = await trio.lowlevel.open_process(
+            [sys.executable, "-c", SILENT_WHILE_BUSY, endpoint]
+        )
+        try:
+            await broker.line("WorkerRegistered:", "stderr")
+            call = await run_domo(
+                "call", "slow", "x", "--connect", endpoint, "--timeout", "3", "--retries", "0"
+            )
+            hint = await broker.line("spoke again after it expired", "stderr", time_limit=15)
+        finally:
+            worker.kill()
+            await worker.wait()
+    assert "while it held a request" in hint
+    assert "must keep sending HEARTBEAT while it works (MDP-H-04" in hint
+    assert call.code == EXIT_TIMEOUT  # the request went back to the queue: no worker left
