@@ -31,6 +31,7 @@ import sys
 import textwrap
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -1023,12 +1024,13 @@ async def _broker(args: argparse.Namespace) -> int:
             metrics.on_event(event)
 
     serve = partial(serve_broker, config=config, on_event=on_event, trace_dir=args.trace_dir)
-    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-        async with trio.open_nursery() as nursery:
-            bound: list[str] = await nursery.start(serve, *(args.bind or [DEFAULT_ENDPOINT]))
-            for endpoint in bound:
-                print(f"domo broker: listening on {endpoint}", flush=True)
-            await _stop_on_signal(signals, nursery.cancel_scope, "broker")
+    async with _graceful_stop("broker") as stop:
+        with stop:
+            async with trio.open_nursery() as nursery:
+                bound: list[str] = await nursery.start(serve, *(args.bind or [DEFAULT_ENDPOINT]))
+                for endpoint in bound:
+                    print(f"domo broker: listening on {endpoint}", flush=True)
+                await trio.sleep_forever()
     print(f"domo broker: stopped; {completed} requests completed", flush=True)
     return EXIT_OK
 
@@ -1147,6 +1149,35 @@ class LateWorkerWatch:
             )
 
 
+@asynccontextmanager
+async def _graceful_stop(what: str) -> AsyncIterator[trio.CancelScope]:
+    """A scope that SIGINT or SIGTERM cancels (a graceful stop), for a long-running command.
+
+    Signals are read by a task outside that scope, for as long as the block runs, so one that
+    comes while the stop is under way (a second Ctrl-C, a SIGTERM after a SIGINT) is logged and
+    does not cut the graceful stop short; trio would redeliver a signal still pending when the
+    receiver closes, and the default action would end the process without its last words.
+    """
+    stop = trio.CancelScope()
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async with trio.open_nursery() as watcher:
+
+            async def watch() -> None:
+                async for signum in signals:
+                    name = signal.Signals(signum).name
+                    if stop.cancel_called:
+                        logger.info("%s: %s received while stopping; still stopping", what, name)
+                    else:
+                        logger.info("%s: %s received, stopping", what, name)
+                        stop.cancel()
+
+            watcher.start_soon(watch)
+            try:
+                yield stop
+            finally:
+                watcher.cancel_scope.cancel()
+
+
 async def _stop_on_signal(
     signals: AsyncIterator[int], scope: trio.CancelScope, what: str
 ) -> int | None:
@@ -1208,12 +1239,13 @@ async def _worker(args: argparse.Namespace) -> int:
         on_event=watch.on_event,
         on_broker_heard=watch.heard,
     )
-    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-        async with trio.open_nursery() as nursery:
-            await nursery.start(work, args.connect, args.service, handler)
-            if not watch.answered:
-                print(f"domo worker: waiting for the broker at {args.connect}", flush=True)
-            await _stop_on_signal(signals, nursery.cancel_scope, "worker")
+    async with _graceful_stop("worker") as stop:
+        with stop:
+            async with trio.open_nursery() as nursery:
+                await nursery.start(work, args.connect, args.service, handler)
+                if not watch.answered:
+                    print(f"domo worker: waiting for the broker at {args.connect}", flush=True)
+                await trio.sleep_forever()
     print("domo worker: stopped", flush=True)
     return EXIT_OK
 

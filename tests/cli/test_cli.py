@@ -541,6 +541,26 @@ async def test_stopping_a_worker_sends_disconnect(domo: StartDomo, signum: signa
     assert (gone_now.code, gone_now.stdout) == (EXIT_NOT_FOUND, "404\n")
 
 
+@pytest.mark.parametrize("command", ["broker", "worker"])
+async def test_a_second_signal_does_not_cut_a_graceful_stop_short(
+    domo: StartDomo, command: str
+) -> None:
+    """SIGINT then SIGTERM at once (Ctrl-C, then an impatient supervisor): the first stops the
+    process gracefully; the second is logged and ignored, instead of being redelivered when the
+    stop ends and killing the process before its last line (exit 143)."""
+    broker, endpoint = await start_broker(domo)
+    worker = await domo("worker", "echo", "--connect", endpoint, *QUICK_BEATS)
+    await broker.line("WorkerRegistered:", "stderr")
+    target = broker if command == "broker" else worker
+    target.signal(signal.SIGINT)
+    target.signal(signal.SIGTERM)
+    assert await target.exit_code() == EXIT_OK
+    assert target.lines()[-1].startswith(f"domo {command}: stopped")
+    log = "\n".join(target.lines("stderr"))
+    assert "SIGINT received, stopping" in log
+    assert "SIGTERM received while stopping; still stopping" in log
+
+
 async def test_worker_stopped_while_busy_hands_the_request_back(domo: StartDomo) -> None:
     """MDP-D-22, MDP-D-08: a worker stopped by SIGTERM while its command runs kills the
     command, sends DISCONNECT and exits 0 at once; the broker re-dispatches the request to
