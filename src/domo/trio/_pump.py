@@ -4,7 +4,8 @@ A pump sleeps in one place, ``Connection.wait``, bounded by the machine's ``next
 (through one cancel scope per deadline, not one per wait); when it wakes it reads the time with
 ``trio.current_time()`` (so a ``MockClock`` applies), feeds the ready messages to the machine,
 ticks it and flushes its outbox without blocking (the broker's pump repeats this while messages
-keep coming, up to ``BATCH`` of them per checkpoint).
+keep coming, flushing after every ``SLICE`` messages so that a reply never waits behind a
+flood, up to ``BATCH`` of them per checkpoint).
 
 Other tasks call a session through ``SessionPump.call``. While the pump sleeps on the socket
 with nothing of its own to send, the caller sends what the call queued itself, then reads the
