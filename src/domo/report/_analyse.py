@@ -1,0 +1,332 @@
+"""The Spark jobs of ``domo report``: trace records in, small per-service and per-worker tables out.
+
+Every figure is computed by Spark over the whole (filtered) trace; only the aggregates come back
+to the driver. Times are wall-clock seconds (``wall_anchor`` added), durations seconds.
+
+Definitions (docs/report.md): queue wait is the sum of a request's ``queue_waits`` (all its
+dispatches; null if never dispatched); service time is ``finished - dispatches[-1]`` of a
+completed request; latency is ``finished - received``. A worker's busy time is the sum of its
+attempts, each from its dispatch to the request's end or to the moment it went back to the queue
+(the next dispatch minus that dispatch's queue wait); utilisation is busy time over the time the
+worker was there (registered to gone, clipped to the report's window).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+PERCENTILES: Final = (0.5, 0.95, 0.99)
+ACCURACY: Final = 10_000  # percentile_approx: relative error about 1/ACCURACY
+MAX_BUCKETS: Final = 120
+NICE_WIDTHS: Final = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 21600, 86400)
+
+
+@dataclass
+class Filters:
+    """Which requests a report covers: received in ``[since, until)``, of these services."""
+
+    since: float | None = None
+    until: float | None = None
+    services: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Report:
+    """Everything a report shows; each table is a list of plain dicts (rows)."""
+
+    files: int
+    corrupt: list[tuple[str, str]]
+    window: tuple[float, float]
+    bucket: float
+    services: list[dict[str, Any]]  # one per service, then service None: all services
+    workers: list[dict[str, Any]]
+    throughput: list[dict[str, Any]]
+    drops: list[dict[str, Any]]
+    slowest: list[dict[str, Any]]
+
+
+class NoRequests(Exception):
+    """No request record in the files (after the filters)."""
+
+
+def bucket_width(span: float) -> float:
+    """A round width (seconds) that cuts ``span`` into at most ``MAX_BUCKETS`` buckets."""
+    for width in NICE_WIDTHS:
+        if span / width <= MAX_BUCKETS:
+            return float(width)
+    return float(math.ceil(span / MAX_BUCKETS))
+
+
+def _percentiles(F: Any, column: Any, name: str) -> list[Any]:
+    quantiles = F.percentile_approx(column, list(PERCENTILES), ACCURACY)
+    return [
+        quantiles[index].alias(f"{name}_p{round(q * 100)}") for index, q in enumerate(PERCENTILES)
+    ]
+
+
+def analyse(
+    spark: Any,
+    request_files: list[Path],
+    worker_files: list[Path],
+    filters: Filters,
+    *,
+    slowest: int = 10,
+    step: Callable[[str], None] = lambda name: None,
+) -> Report:
+    """Run the report's Spark jobs; ``step`` is told the name of each before it starts."""
+    from pyspark.sql import functions as F
+
+    step("reading the request records")
+    raw = spark.read.parquet(*[str(path) for path in request_files])
+    anchor = F.col("wall_anchor")
+    req = raw.select(
+        "request_id",
+        "service",
+        "outcome",
+        "redispatches",
+        "drop_reason",
+        "rule",
+        "request_size",
+        "reply_size",
+        "workers",
+        "dispatches",
+        "queue_waits",
+        "finished",
+        "wall_anchor",
+        (anchor + F.col("received")).alias("t_received"),
+        (anchor + F.col("finished")).alias("t_finished"),
+        (F.col("finished") - F.col("received")).alias("latency"),
+        F.when(
+            F.size("queue_waits") > 0,
+            F.aggregate("queue_waits", F.lit(0.0), lambda total, wait: total + wait),
+        ).alias("queue_wait"),
+        F.when(
+            (F.col("outcome") == "completed") & (F.size("dispatches") > 0),
+            F.col("finished") - F.element_at("dispatches", -1),
+        ).alias("service_time"),
+        F.when(F.size("workers") > 0, F.lower(F.hex(F.element_at("workers", -1)))).alias("worker"),
+    )
+    if filters.services:
+        req = req.filter(F.col("service").isin(filters.services))
+    if filters.since is not None:
+        req = req.filter(F.col("t_received") >= filters.since)
+    if filters.until is not None:
+        req = req.filter(F.col("t_received") < filters.until)
+
+    step("per-service counts and percentiles")
+    outcome = F.col("outcome")
+    per_service = (
+        req.rollup("service")
+        .agg(
+            F.count(F.lit(1)).alias("requests"),
+            F.sum(F.when(outcome == "completed", 1).otherwise(0)).alias("completed"),
+            F.sum(F.when(outcome == "expired", 1).otherwise(0)).alias("expired"),
+            F.sum(F.when(outcome == "dropped", 1).otherwise(0)).alias("dropped"),
+            F.sum("redispatches").alias("redispatches"),
+            F.sum("request_size").alias("request_bytes"),
+            F.sum("reply_size").alias("reply_bytes"),
+            F.min("t_received").alias("first_received"),
+            F.max("t_finished").alias("last_finished"),
+            *_percentiles(F, F.col("queue_wait"), "queue_wait"),
+            *_percentiles(F, F.col("service_time"), "service_time"),
+            *_percentiles(F, F.col("latency"), "latency"),
+        )
+        .collect()
+    )
+    services = sorted(
+        (row.asDict() for row in per_service),
+        key=lambda row: (row["service"] is None, row["service"] or ""),
+    )
+    total = services[-1] if services else None
+    if total is None or not total["requests"]:
+        raise NoRequests("no request records" + (" match the filters" if _any(filters) else ""))
+    start = filters.since if filters.since is not None else total["first_received"]
+    end = filters.until if filters.until is not None else total["last_finished"]
+    end = max(end, start + 1e-9)
+    width = bucket_width(end - start)
+
+    step("throughput over time")
+    buckets = (
+        req.filter(outcome == "completed")
+        .groupBy("service", F.floor((F.col("t_finished") - start) / width).alias("bucket"))
+        .count()
+        .collect()
+    )
+    throughput = sorted(
+        (
+            {
+                "service": row["service"],
+                "start": start + row["bucket"] * width,
+                "completed": row["count"],
+                "per_second": row["count"] / width,
+            }
+            for row in buckets
+        ),
+        key=lambda row: (row["service"], row["start"]),
+    )
+    peaks: dict[str | None, float] = {}
+    per_window: dict[float, float] = {}
+    for row in throughput:
+        peaks[row["service"]] = max(peaks.get(row["service"], 0.0), row["per_second"])
+        per_window[row["start"]] = per_window.get(row["start"], 0.0) + row["per_second"]
+    peaks[None] = max(per_window.values(), default=0.0)
+    for row in services:
+        row["throughput_mean"] = row["completed"] / (end - start)
+        row["throughput_peak"] = peaks.get(row["service"], 0.0)
+
+    step("per-worker attempts and utilisation")
+    workers = _per_worker(F, spark, req, worker_files, filters, start, end)
+
+    step("drops and the slowest requests")
+    drops = [
+        row.asDict()
+        for row in req.filter(outcome == "dropped")
+        .groupBy("service", "drop_reason", "rule")
+        .count()
+        .orderBy(F.desc("count"), "service")
+        .collect()
+    ]
+    slow = [
+        row.asDict()
+        for row in req.orderBy(F.desc("latency"), "request_id")
+        .select(
+            "service",
+            "request_id",
+            "outcome",
+            "worker",
+            "t_received",
+            "latency",
+            "queue_wait",
+            "service_time",
+            "redispatches",
+        )
+        .limit(slowest)
+        .collect()
+    ]
+    return Report(
+        files=len(request_files) + len(worker_files),
+        corrupt=[],
+        window=(start, end),
+        bucket=width,
+        services=services,
+        workers=workers,
+        throughput=throughput,
+        drops=drops,
+        slowest=slow,
+    )
+
+
+def _any(filters: Filters) -> bool:
+    return bool(filters.services) or filters.since is not None or filters.until is not None
+
+
+def _per_worker(
+    F: Any,
+    spark: Any,
+    req: Any,
+    worker_files: list[Path],
+    filters: Filters,
+    start: float,
+    end: float,
+) -> list[dict[str, Any]]:
+    attempts = req.select(
+        "service",
+        "outcome",
+        "finished",
+        "wall_anchor",
+        "dispatches",
+        "queue_waits",
+        F.posexplode("workers").alias("pos", "id"),
+    )
+    last = F.col("pos") == F.size("dispatches") - 1
+    began = F.element_at("dispatches", F.col("pos") + 1)
+    ended = F.when(last, F.col("finished")).otherwise(
+        F.element_at("dispatches", F.col("pos") + 2) - F.element_at("queue_waits", F.col("pos") + 2)
+    )
+    completed = last & (F.col("outcome") == "completed")
+    rows = (
+        attempts.select(
+            "service",
+            F.lower(F.hex("id")).alias("worker"),
+            completed.alias("completed"),
+            last.alias("last"),
+            (ended - began).alias("busy"),
+            F.when(completed, F.col("finished") - began).alias("service_time"),
+            (F.col("wall_anchor") + began).alias("t_began"),
+            (F.col("wall_anchor") + ended).alias("t_ended"),
+        )
+        .groupBy("service", "worker")
+        .agg(
+            F.count(F.lit(1)).alias("attempts"),
+            F.sum(F.col("completed").cast("int")).alias("completed"),
+            F.sum((~F.col("last")).cast("int")).alias("lost"),
+            F.sum((F.col("last") & ~F.col("completed")).cast("int")).alias("failed"),
+            F.sum("busy").alias("busy"),
+            F.min("t_began").alias("first_dispatch"),
+            F.max("t_ended").alias("last_end"),
+            *_percentiles(F, F.col("service_time"), "service_time"),
+        )
+        .collect()
+    )
+    lifetimes: dict[tuple[str, str], dict[str, Any]] = {}
+    if worker_files:
+        changes = spark.read.parquet(*[str(path) for path in worker_files])
+        if filters.services:
+            changes = changes.filter(F.col("service").isin(filters.services))
+        at = F.col("wall_anchor") + F.col("at")
+        change = F.col("change")
+        for row in (
+            changes.groupBy("service", F.lower(F.hex("worker")).alias("worker"))
+            .agg(
+                F.min(F.when(change == "registered", at)).alias("registered"),
+                F.max(F.when(change != "registered", at)).alias("gone"),
+                F.sum((change == "expired").cast("int")).alias("expiries"),
+                F.sum((change == "disconnected").cast("int")).alias("disconnects"),
+            )
+            .collect()
+        ):
+            lifetimes[(row["service"], row["worker"])] = row.asDict()
+    workers: list[dict[str, Any]] = []
+    seen: set[tuple[str, str]] = set()
+    for row in rows:
+        record = row.asDict()
+        key = (record["service"], record["worker"])
+        seen.add(key)
+        life = lifetimes.get(key, {})
+        there_from = life.get("registered") or record["first_dispatch"]
+        there_until = life.get("gone") or end
+        active = min(there_until, end) - max(there_from, start)
+        record["expiries"] = life.get("expiries", 0)
+        record["disconnects"] = life.get("disconnects", 0)
+        record["utilisation"] = record["busy"] / active if active > 0 else None
+        workers.append(record)
+    for key, life in lifetimes.items():  # registered but never sent a request in the window
+        there_from = life.get("registered") or start
+        there_until = life.get("gone") or end
+        if key in seen or there_until < start or there_from >= end:
+            continue
+        workers.append(
+            {
+                "service": key[0],
+                "worker": key[1],
+                "attempts": 0,
+                "completed": 0,
+                "lost": 0,
+                "failed": 0,
+                "busy": 0.0,
+                "first_dispatch": None,
+                "last_end": None,
+                "service_time_p50": None,
+                "service_time_p95": None,
+                "service_time_p99": None,
+                "expiries": life["expiries"],
+                "disconnects": life["disconnects"],
+                "utilisation": 0.0,
+            }
+        )
+    workers.sort(key=lambda row: (row["service"], -row["attempts"], row["worker"]))
+    return workers
