@@ -3,7 +3,8 @@
 KIND ``upper``: replies with the body upper-cased, except that a body starting with ``fail``
 makes the handler raise (an error FINAL, ``RemoteError`` at the client) and a body starting
 with ``frames`` is answered in two frames. KIND ``sleep``: sleeps the body's seconds and echoes
-it (to be killed mid-request). Prints ``ready`` once started; runs until killed.
+it (to be killed mid-request). Prints ``ready`` once the broker has heard it (the first
+heartbeat the broker sends after READY: it is registered); runs until killed.
 """
 
 from __future__ import annotations
@@ -32,8 +33,15 @@ def main() -> None:
     endpoint, service, kind = sys.argv[1:4]
     interval = float(sys.argv[4]) if len(sys.argv) > 4 else 2.5
     config = WorkerConfig(heartbeat_interval=interval, liveness=3, reconnect_initial=0.05)
-    print("ready", flush=True)
-    run_worker(endpoint, service, upper if kind == "upper" else sleep, config=config)
+    heard: list[bool] = []
+
+    def ready() -> None:
+        if not heard:
+            heard.append(True)
+            print("ready", flush=True)
+
+    handler = upper if kind == "upper" else sleep
+    run_worker(endpoint, service, handler, config=config, on_broker_heard=ready)
 
 
 if __name__ == "__main__":
