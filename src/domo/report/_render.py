@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime as dt
 import html
 import io
+import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Final
@@ -169,14 +170,16 @@ def _plots(report: Report) -> list[tuple[str, str]]:
 
     figure, axes = plt.subplots(figsize=(10, 3.6))
     start = report.window[0]
+    buckets = max(1, math.ceil((report.window[1] - start) / report.bucket))
+    offsets = [index * report.bucket for index in range(buckets)]
     for name in busiest:
-        points = [row for row in report.throughput if row["service"] == name]
-        axes.plot(
-            [row["start"] - start for row in points],
-            [row["per_second"] for row in points],
-            marker=".",
-            label=name,
-        )
+        rates = {
+            round((row["start"] - start) / report.bucket): row["per_second"]
+            for row in report.throughput
+            if row["service"] == name
+        }
+        # A bucket with nothing completed is a 0 on the line, not a gap bridged over.
+        axes.plot(offsets, [rates.get(index, 0.0) for index in range(buckets)], label=name)
     axes.set_xlabel(f"seconds since {when(start)} ({report.bucket:g} s buckets)")
     axes.set_ylabel("completed per second")
     if busiest:
@@ -192,12 +195,13 @@ def _plots(report: Report) -> list[tuple[str, str]]:
     ):
         axes.barh(
             [index + (offset - 1) * height for index in range(len(shown))],
-            [(row[key] or 0.0) * 1000 for row in shown],
+            [(row[key] or math.nan) * 1000 for row in shown],
             height=height,
             label=label,
         )
     axes.set_yticks(range(len(shown)), [str(row["service"]) for row in shown])
-    axes.set_xlabel("latency, ms (received to finished)")
+    axes.set_xscale("log")  # p99 is often orders of magnitude above p50
+    axes.set_xlabel("latency, ms (received to finished; log scale)")
     axes.legend(loc="best", fontsize="small")
     axes.grid(alpha=0.3, axis="x")
     plots.append(("Latency percentiles per service", _svg(figure)))
