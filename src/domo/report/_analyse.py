@@ -20,7 +20,13 @@ from pathlib import Path
 from typing import Any, Final
 
 PERCENTILES: Final = (0.5, 0.95, 0.99)
-ACCURACY: Final = 2_000  # percentile_approx: rank error at most 1/ACCURACY (0.05 %)
+# Durations are counted in log-spaced buckets 1 % wide; a percentile is its bucket's geometric
+# middle, within 0.5 % of the exact value. Counts merge by addition, so one Spark job gives the
+# percentiles of every service, every worker and all of them together, where percentile_approx
+# would need a job (or a rollup, twice the work) for each level.
+STEP: Final = math.log(1.01)
+ZERO_BUCKET: Final = -(10**6)  # durations <= 0 (clock granularity)
+METRICS: Final = ("queue_wait", "service_time", "latency")
 MAX_BUCKETS: Final = 120
 NICE_WIDTHS: Final = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 21600, 86400)
 
@@ -61,11 +67,59 @@ def bucket_width(span: float) -> float:
     return float(math.ceil(span / MAX_BUCKETS))
 
 
-def _percentiles(F: Any, column: Any, name: str) -> list[Any]:
-    quantiles = F.percentile_approx(column, list(PERCENTILES), ACCURACY)
-    return [
-        quantiles[index].alias(f"{name}_p{round(q * 100)}") for index, q in enumerate(PERCENTILES)
-    ]
+Histogram = dict[int, int]  # bucket -> count
+
+
+def percentile(histogram: Histogram, q: float) -> float | None:
+    """The nearest-rank ``q`` percentile of a bucket histogram (None if it is empty)."""
+    total = sum(histogram.values())
+    if total == 0:
+        return None
+    rank = max(1, math.ceil(q * total))
+    seen = 0
+    for bucket in sorted(histogram):
+        seen += histogram[bucket]
+        if seen >= rank:
+            return 0.0 if bucket == ZERO_BUCKET else math.exp((bucket + 0.5) * STEP)
+    raise AssertionError("unreachable: the ranks add up to the total")
+
+
+def _merge(into: Histogram, histogram: Histogram) -> None:
+    for bucket, count in histogram.items():
+        into[bucket] = into.get(bucket, 0) + count
+
+
+def _put_percentiles(row: dict[str, Any], name: str, histogram: Histogram) -> None:
+    for q in PERCENTILES:
+        row[f"{name}_p{round(q * 100)}"] = percentile(histogram, q)
+
+
+def _histograms(F: Any, req: Any) -> dict[tuple[str, str | None, str], Histogram]:
+    """(service, last worker, metric) -> histogram, from one Spark job."""
+    values = F.explode(
+        F.array(
+            *[F.struct(F.lit(name).alias("metric"), F.col(name).alias("value")) for name in METRICS]
+        )
+    ).alias("m")
+    value = F.col("m.value")
+    bucket = F.when(value > 0, F.floor(F.log(value) / STEP)).otherwise(F.lit(ZERO_BUCKET))
+    table = (
+        req.select("service", "worker", values)
+        .filter(value.isNotNull())
+        .groupBy("service", "worker", F.col("m.metric").alias("metric"), bucket.alias("bucket"))
+        .count()
+        .toArrow()
+    )
+    result: dict[tuple[str, str | None, str], Histogram] = {}
+    columns = [table.column(name).to_pylist() for name in ("service", "worker", "metric")]
+    for service, worker, metric, bucket_, count in zip(
+        *columns,
+        table.column("bucket").to_pylist(),
+        table.column("count").to_pylist(),
+        strict=True,
+    ):
+        result.setdefault((service, worker, metric), {})[int(bucket_)] = int(count)
+    return result
 
 
 def analyse(
@@ -123,10 +177,10 @@ def analyse(
     if filters.until is not None:
         req = req.filter(F.col("t_received") < filters.until)
 
-    step("per-service counts and percentiles")
+    step("per-service counts")
     outcome = F.col("outcome")
     per_service = (
-        req.rollup("service")
+        req.groupBy("service")
         .agg(
             F.count(F.lit(1)).alias("requests"),
             F.sum(F.when(outcome == "completed", 1).otherwise(0)).alias("completed"),
@@ -137,19 +191,31 @@ def analyse(
             F.sum("reply_size").alias("reply_bytes"),
             F.min("t_received").alias("first_received"),
             F.max("t_finished").alias("last_finished"),
-            *_percentiles(F, F.col("queue_wait"), "queue_wait"),
-            *_percentiles(F, F.col("service_time"), "service_time"),
-            *_percentiles(F, F.col("latency"), "latency"),
         )
         .collect()
     )
-    services = sorted(
-        (row.asDict() for row in per_service),
-        key=lambda row: (row["service"] is None, row["service"] or ""),
-    )
-    total = services[-1] if services else None
-    if total is None or not total["requests"]:
+    services = sorted((row.asDict() for row in per_service), key=lambda row: row["service"])
+    if not services:
         raise NoRequests("no request records" + (" match the filters" if _any(filters) else ""))
+    total: dict[str, Any] = {"service": None}
+    for key in ("requests", "completed", "expired", "dropped", "redispatches"):
+        total[key] = sum(row[key] for row in services)
+    for key in ("request_bytes", "reply_bytes"):
+        total[key] = sum(row[key] or 0 for row in services)
+    total["first_received"] = min(row["first_received"] for row in services)
+    total["last_finished"] = max(row["last_finished"] for row in services)
+    services.append(total)
+
+    step("percentiles of queue wait, service time and latency")
+    histograms = _histograms(F, req)
+    merged: dict[tuple[str | None, str], Histogram] = {}
+    for (service, _, metric), histogram in histograms.items():
+        _merge(merged.setdefault((service, metric), {}), histogram)
+        _merge(merged.setdefault((None, metric), {}), histogram)
+    for row in services:
+        for metric in METRICS:
+            _put_percentiles(row, metric, merged.get((row["service"], metric), {}))
+
     start = filters.since if filters.since is not None else total["first_received"]
     end = filters.until if filters.until is not None else total["last_finished"]
     end = max(end, start + 1e-9)
@@ -188,6 +254,9 @@ def analyse(
     workers = _per_worker(
         F, spark, req, worker_files, _spark_schema(workers_schema), filters, start, end
     )
+    for row in workers:
+        histogram = histograms.get((row["service"], row["worker"], "service_time"), {})
+        _put_percentiles(row, "service_time", histogram)
 
     step("drops and the slowest requests")
     drops = [
@@ -286,7 +355,6 @@ def _per_worker(
             completed.alias("completed"),
             last.alias("last"),
             (ended - began).alias("busy"),
-            F.when(completed, F.col("finished") - began).alias("service_time"),
             (F.col("wall_anchor") + began).alias("t_began"),
             (F.col("wall_anchor") + ended).alias("t_ended"),
         )
@@ -299,7 +367,6 @@ def _per_worker(
             F.sum("busy").alias("busy"),
             F.min("t_began").alias("first_dispatch"),
             F.max("t_ended").alias("last_end"),
-            *_percentiles(F, F.col("service_time"), "service_time"),
         )
         .collect()
     )
