@@ -98,7 +98,10 @@ def _histograms(F: Any, req: Any) -> dict[tuple[str, str | None, str], Histogram
     """(service, last worker, metric) -> histogram, from one Spark job."""
     values = F.explode(
         F.array(
-            *[F.struct(F.lit(name).alias("metric"), F.col(name).alias("value")) for name in METRICS]
+            *[
+                F.struct(F.lit(index).alias("metric"), F.col(name).alias("value"))
+                for index, name in enumerate(METRICS)
+            ]
         )
     ).alias("m")
     value = F.col("m.value")
@@ -118,7 +121,8 @@ def _histograms(F: Any, req: Any) -> dict[tuple[str, str | None, str], Histogram
         table.column("count").to_pylist(),
         strict=True,
     ):
-        result.setdefault((service, worker, metric), {})[int(bucket_)] = int(count)
+        key = (service, None if worker is None else bytes(worker).hex(), METRICS[metric])
+        result.setdefault(key, {})[int(bucket_)] = int(count)
     return result
 
 
@@ -168,7 +172,8 @@ def analyse(
             (F.col("outcome") == "completed") & (F.size("dispatches") > 0),
             F.col("finished") - F.element_at("dispatches", -1),
         ).alias("service_time"),
-        F.when(F.size("workers") > 0, F.lower(F.hex(F.element_at("workers", -1)))).alias("worker"),
+        # binary: hashed as is by the jobs, made hex on the driver (hex per row costs)
+        F.when(F.size("workers") > 0, F.element_at("workers", -1)).alias("worker"),
     )
     if filters.services:
         req = req.filter(F.col("service").isin(filters.services))
@@ -177,34 +182,69 @@ def analyse(
     if filters.until is not None:
         req = req.filter(F.col("t_received") < filters.until)
 
-    step("per-service counts")
-    outcome = F.col("outcome")
-    per_service = (
-        req.groupBy("service")
+    step("counts, drops and completions per second")
+    # One job, grouped finely enough that the driver can add up the per-service counts, the
+    # drops by reason and rule, and the throughput at any bucket width of whole seconds.
+    fine = (
+        req.groupBy(
+            "service",
+            "outcome",
+            "drop_reason",
+            "rule",
+            F.floor("t_finished").alias("second"),
+        )
         .agg(
-            F.count(F.lit(1)).alias("requests"),
-            F.sum(F.when(outcome == "completed", 1).otherwise(0)).alias("completed"),
-            F.sum(F.when(outcome == "expired", 1).otherwise(0)).alias("expired"),
-            F.sum(F.when(outcome == "dropped", 1).otherwise(0)).alias("dropped"),
+            F.count(F.lit(1)).alias("count"),
             F.sum("redispatches").alias("redispatches"),
             F.sum("request_size").alias("request_bytes"),
             F.sum("reply_size").alias("reply_bytes"),
             F.min("t_received").alias("first_received"),
             F.max("t_finished").alias("last_finished"),
         )
-        .collect()
+        .toArrow()
+        .to_pylist()
     )
-    services = sorted((row.asDict() for row in per_service), key=lambda row: row["service"])
-    if not services:
+    if not fine:
         raise NoRequests("no request records" + (" match the filters" if _any(filters) else ""))
-    total: dict[str, Any] = {"service": None}
-    for key in ("requests", "completed", "expired", "dropped", "redispatches"):
-        total[key] = sum(row[key] for row in services)
-    for key in ("request_bytes", "reply_bytes"):
-        total[key] = sum(row[key] or 0 for row in services)
-    total["first_received"] = min(row["first_received"] for row in services)
-    total["last_finished"] = max(row["last_finished"] for row in services)
+    counters = ("requests", "completed", "expired", "dropped", "redispatches")
+    by_service: dict[str | None, dict[str, Any]] = {}
+    drop_counts: dict[tuple[str, str | None, str | None], int] = {}
+    completions: dict[tuple[str, int], int] = {}
+    for row in fine:
+        for name in (row["service"], None):
+            into = by_service.get(name)
+            if into is None:
+                into = by_service[name] = {
+                    "service": name,
+                    **dict.fromkeys(counters, 0),
+                    "request_bytes": 0,
+                    "reply_bytes": 0,
+                    "first_received": row["first_received"],
+                    "last_finished": row["last_finished"],
+                }
+            into["requests"] += row["count"]
+            if row["outcome"] in ("completed", "expired", "dropped"):
+                into[row["outcome"]] += row["count"]
+            into["redispatches"] += row["redispatches"] or 0
+            into["request_bytes"] += row["request_bytes"] or 0
+            into["reply_bytes"] += row["reply_bytes"] or 0
+            into["first_received"] = min(into["first_received"], row["first_received"])
+            into["last_finished"] = max(into["last_finished"], row["last_finished"])
+        if row["outcome"] == "dropped":
+            key = (row["service"], row["drop_reason"], row["rule"])
+            drop_counts[key] = drop_counts.get(key, 0) + row["count"]
+        elif row["outcome"] == "completed":
+            key2 = (row["service"], int(row["second"]))
+            completions[key2] = completions.get(key2, 0) + row["count"]
+    total = by_service.pop(None)
+    services = [by_service[name] for name in sorted(by_service, key=str)]
     services.append(total)
+    drops = [
+        {"service": service, "drop_reason": reason, "rule": rule, "count": count}
+        for (service, reason, rule), count in sorted(
+            drop_counts.items(), key=lambda item: (-item[1], item[0][0])
+        )
+    ]
 
     step("percentiles of queue wait, service time and latency")
     histograms = _histograms(F, req)
@@ -221,25 +261,21 @@ def analyse(
     end = max(end, start + 1e-9)
     width = bucket_width(end - start)
 
-    step("throughput over time")
-    buckets = (
-        req.filter(outcome == "completed")
-        .groupBy("service", F.floor((F.col("t_finished") - start) / width).alias("bucket"))
-        .count()
-        .collect()
-    )
-    throughput = sorted(
-        (
-            {
-                "service": row["service"],
-                "start": start + row["bucket"] * width,
-                "completed": row["count"],
-                "per_second": row["count"] / width,
-            }
-            for row in buckets
-        ),
-        key=lambda row: (row["service"], row["start"]),
-    )
+    # Buckets start at whole seconds, so that whole-second counts add up into them.
+    origin = math.floor(start)
+    per_bucket: dict[tuple[str, int], int] = {}
+    for (service, second), count in completions.items():
+        key3 = (service, int((second - origin) // width))
+        per_bucket[key3] = per_bucket.get(key3, 0) + count
+    throughput: list[dict[str, Any]] = [
+        {
+            "service": service,
+            "start": origin + index * width,
+            "completed": count,
+            "per_second": count / width,
+        }
+        for (service, index), count in sorted(per_bucket.items())
+    ]
     peaks: dict[str | None, float] = {}
     per_window: dict[float, float] = {}
     for row in throughput:
@@ -258,15 +294,7 @@ def analyse(
         histogram = histograms.get((row["service"], row["worker"], "service_time"), {})
         _put_percentiles(row, "service_time", histogram)
 
-    step("drops and the slowest requests")
-    drops = [
-        row.asDict()
-        for row in req.filter(outcome == "dropped")
-        .groupBy("service", "drop_reason", "rule")
-        .count()
-        .orderBy(F.desc("count"), "service")
-        .collect()
-    ]
+    step("the slowest requests")
     slow = [
         row.asDict()
         for row in req.orderBy(F.desc("latency"), "request_id")
@@ -284,6 +312,8 @@ def analyse(
         .limit(slowest)
         .collect()
     ]
+    for row in slow:
+        row["worker"] = None if row["worker"] is None else bytes(row["worker"]).hex()
     return Report(
         files=len(request_files) + len(worker_files),
         corrupt=[],
@@ -351,7 +381,7 @@ def _per_worker(
     rows = (
         attempts.select(
             "service",
-            F.lower(F.hex("id")).alias("worker"),
+            F.col("id").alias("worker"),
             completed.alias("completed"),
             last.alias("last"),
             (ended - began).alias("busy"),
@@ -392,6 +422,7 @@ def _per_worker(
     seen: set[tuple[str, str]] = set()
     for row in rows:
         record = row.asDict()
+        record["worker"] = bytes(record["worker"]).hex()
         key = (record["service"], record["worker"])
         seen.add(key)
         life = lifetimes.get(key, {})

@@ -45,6 +45,7 @@ class Scan:
     workers: list[Path] = field(default_factory=list)
     corrupt: list[tuple[Path, str]] = field(default_factory=list)  # (file, why)
     other_versions: list[tuple[Path, str]] = field(default_factory=list)  # (file, version)
+    request_rows: int = 0  # in the readable request files, from their footers
 
 
 def scan(directory: Path) -> Scan:
@@ -58,7 +59,8 @@ def scan(directory: Path) -> Scan:
     ):
         for path in sorted(directory.glob(f"{kind}-*.parquet")):
             try:
-                schema = pq.read_schema(path)
+                metadata = pq.read_metadata(path)
+                schema = metadata.schema.to_arrow_schema()
             except Exception as error:  # pyarrow raises ArrowInvalid, OSError, ...
                 found.corrupt.append((path, _first_line(error)))
                 continue
@@ -71,6 +73,8 @@ def scan(directory: Path) -> Scan:
                 found.corrupt.append((path, f"columns missing: {', '.join(sorted(missing))}"))
             else:
                 into.append(path)
+                if kind == "requests":
+                    found.request_rows += metadata.num_rows
     return found
 
 

@@ -25,6 +25,8 @@ JAVA_HINT: Final = (
     "`apt-get install openjdk-17-jre-headless`, elsewhere a JDK from https://adoptium.net"
 )
 FAST_JVM_OPTIONS: Final = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -XX:-UsePerfData"
+# For long jobs: the full JIT (C2) runs Spark's generated code about twice as fast, once warm.
+BIG_JVM_OPTIONS: Final = "-XX:+UseParallelGC -XX:-UsePerfData"
 _LOG4J: Final = """\
 rootLogger.level = warn
 rootLogger.appenderRef.stderr.ref = console
@@ -68,12 +70,15 @@ def local_session(
     app_name: str = "domo",
     driver_memory: str = "2g",
     config: dict[str, str] | None = None,
+    big: bool = False,
 ) -> Any:
     """A ``pyspark.sql.SparkSession``: ``local[*]`` unless ``master`` names a cluster.
 
     Raises ``SparkUnavailable`` without pyspark or without Java. An already running session of
     this process is returned as is (Spark keeps one per process); its settings stay as they were.
-    ``config`` adds or overrides Spark settings.
+    ``config`` adds or overrides Spark settings. ``big``: tune the JVM for long jobs (the full
+    JIT compiler, a parallel GC) rather than for a fast start (the C1 compiler only, which about
+    halves the CPU of start-up and of small jobs, measured on our machines).
     """
     try:
         from pyspark.sql import SparkSession
@@ -84,7 +89,8 @@ def local_session(
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    java_options = f"{FAST_JVM_OPTIONS} -Dlog4j2.configurationFile=file:{_log4j_file()}"
+    jvm = BIG_JVM_OPTIONS if big else FAST_JVM_OPTIONS
+    java_options = f"{jvm} -Dlog4j2.configurationFile=file:{_log4j_file()}"
     settings = {
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
