@@ -27,7 +27,8 @@ ENDPOINT = "tcp://127.0.0.1:5598"
 
 
 def _start(*args: str) -> subprocess.Popen[bytes]:
-    return subprocess.Popen([sys.executable, "-m", "domo", *args], stdout=subprocess.DEVNULL)
+    command = [sys.executable, "-m", "domo", *args, "--log-level", "warning"]
+    return subprocess.Popen(command, stdout=subprocess.DEVNULL)
 
 
 def _wait_for_echo() -> None:
