@@ -261,3 +261,36 @@ def test_without_the_extra_it_says_how_to_install(tmp_path: Path) -> None:
 
 def test_not_a_directory_is_a_usage_error(tmp_path: Path) -> None:
     assert report.run(tmp_path / "missing", stderr=io.StringIO()) == report.EXIT_USAGE
+
+
+def test_progress_line_on_a_terminal_only(spark: Any, traces: Path) -> None:
+    """On a tty, stderr gets the self-rewriting step line; on anything else, nothing of it."""
+    import pty
+
+    master, slave = pty.openpty()
+    received: list[bytes] = []
+
+    def drain() -> None:
+        while True:
+            try:
+                chunk = os.read(master, 4096)
+            except OSError:  # the terminal's other end is closed
+                return
+            if not chunk:
+                return
+            received.append(chunk)
+
+    reader = threading.Thread(target=drain)
+    reader.start()
+    with open(slave, "w", closefd=True) as terminal:
+        code = report.run(traces, stdout=io.StringIO(), stderr=terminal)
+    reader.join(timeout=10)
+    os.close(master)
+    assert code == report.EXIT_OK
+    text = b"".join(received).decode()
+    assert "domo report: [" in text
+    assert "per-worker attempts" in text
+
+    plain = io.StringIO()
+    assert report.run(traces, stdout=io.StringIO(), stderr=plain) == report.EXIT_OK
+    assert "domo report: [" not in plain.getvalue()

@@ -89,6 +89,7 @@ class _Progress:
         self.began = time.monotonic()
         self.spark_context: object | None = None
         self._stop = threading.Event()
+        self._lock = threading.Lock()  # the step and the ticking thread both draw
         self._thread: threading.Thread | None = None
         if self.enabled:
             self._thread = threading.Thread(target=self._run, name="domo-report-progress")
@@ -98,6 +99,8 @@ class _Progress:
     def step(self, name: str) -> None:
         self.number += 1
         self.name = name
+        if self.enabled:
+            self._draw()  # at once: a step may end before the next tick
 
     def _tasks(self) -> str:
         context = self.spark_context
@@ -115,12 +118,16 @@ class _Progress:
             return ""
         return f", tasks {done}/{total}" if total else ""
 
-    def _run(self) -> None:
-        while not self._stop.wait(0.5):
-            elapsed = time.monotonic() - self.began
-            line = f"domo report: [{self.number}/{self.steps}] {self.name}{self._tasks()}"
+    def _draw(self) -> None:
+        elapsed = time.monotonic() - self.began
+        line = f"domo report: [{self.number}/{self.steps}] {self.name}{self._tasks()}"
+        with self._lock:
             self.stream.write(f"\r\x1b[K{line} ({elapsed:.0f} s)")
             self.stream.flush()
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.5):
+            self._draw()
 
     def close(self) -> None:
         self._stop.set()
@@ -193,7 +200,7 @@ def run(
     if master is None and java_command() is None:
         return fail(EXIT_NO_JAVA, f"no Java found. {JAVA_HINT}")
 
-    progress = _Progress(stderr, steps=6)
+    progress = _Progress(stderr, steps=_analyse.STEPS)
     try:
         try:
             spark = local_session(

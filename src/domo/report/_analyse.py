@@ -27,6 +27,7 @@ PERCENTILES: Final = (0.5, 0.95, 0.99)
 STEP: Final = math.log(1.01)
 ZERO_BUCKET: Final = -(10**6)  # durations <= 0 (clock granularity)
 METRICS: Final = ("queue_wait", "service_time", "latency")
+STEPS: Final = 5  # calls of ``step`` in ``analyse``, for the progress line
 MAX_BUCKETS: Final = 120
 NICE_WIDTHS: Final = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 21600, 86400)
 
