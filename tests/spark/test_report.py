@@ -294,3 +294,19 @@ def test_progress_line_on_a_terminal_only(spark: Any, traces: Path) -> None:
     plain = io.StringIO()
     assert report.run(traces, stdout=io.StringIO(), stderr=plain) == report.EXIT_OK
     assert "domo report: [" not in plain.getvalue()
+
+
+def test_damage_inside_a_file_is_exit_11(spark: Any, traces: Path, tmp_path: Path) -> None:
+    """A file whose footer reads well but whose data pages are damaged: Spark fails on it."""
+    for path in traces.glob("*.parquet"):
+        shutil.copy(path, tmp_path / path.name)
+    [damaged] = sorted(tmp_path.glob("requests-*.parquet"))[:1]
+    data = bytearray(damaged.read_bytes())
+    data[8:2048] = b"\xff" * (
+        2048 - 8
+    )  # pages start after the 4-byte magic; the footer is at the end
+    damaged.write_bytes(bytes(data))
+    pq.read_metadata(damaged)  # the footer is still sound: the scan keeps the file
+    stderr = io.StringIO()
+    assert report.run(tmp_path, stdout=io.StringIO(), stderr=stderr) == report.EXIT_READ_FAILED
+    assert f"Spark could not read {damaged.name}: " in stderr.getvalue()

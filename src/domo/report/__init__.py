@@ -225,8 +225,11 @@ def run(
             return fail(EXIT_NO_DATA, f"{error} in {directory}")
         except Exception as error:
             if type(error).__module__.startswith(("pyspark", "py4j")):
-                first = str(error).strip().splitlines()[0] if str(error).strip() else ""
-                return fail(EXIT_READ_FAILED, f"Spark could not read the traces: {first}")
+                text = str(error)
+                first = text.strip().splitlines()[0] if text.strip() else ""
+                named = [p.name for p in [*found.requests, *found.workers] if p.name in text]
+                which = ", ".join(named) if named else "the traces"
+                return fail(EXIT_READ_FAILED, f"Spark could not read {which}: {first}")
             raise
     finally:
         progress.close()
