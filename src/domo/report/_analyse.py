@@ -96,24 +96,28 @@ def _put_percentiles(row: dict[str, Any], name: str, histogram: Histogram) -> No
 
 
 def _histograms(F: Any, req: Any) -> dict[tuple[str, str | None, str], Histogram]:
-    """(service, last worker, metric) -> histogram, from one Spark job."""
-    values = F.explode(
-        F.array(
-            *[
-                F.struct(F.lit(index).alias("metric"), F.col(name).alias("value"))
-                for index, name in enumerate(METRICS)
-            ]
+    """(service, worker, metric) -> histogram, from one Spark job.
+
+    Only service time is counted per worker (the worker that completed the request); queue wait
+    and latency per service (worker None). One narrow select per metric, unioned: twice as fast
+    over 20 M records as exploding an array of the three (measured here, issue 15), even though
+    each select scans the files.
+    """
+    per_step = 1 / STEP
+
+    def one(index: int, name: str, by_worker: bool) -> Any:
+        value = F.col(name)
+        bucket = F.when(value > 0, F.floor(F.log(value) * per_step)).otherwise(F.lit(ZERO_BUCKET))
+        worker = F.col("worker") if by_worker else F.lit(None).cast("binary")
+        return req.filter(value.isNotNull()).select(
+            "service", worker.alias("worker"), F.lit(index).alias("metric"), bucket.alias("bucket")
         )
-    ).alias("m")
-    value = F.col("m.value")
-    bucket = F.when(value > 0, F.floor(F.log(value) / STEP)).otherwise(F.lit(ZERO_BUCKET))
-    table = (
-        req.select("service", "worker", values)
-        .filter(value.isNotNull())
-        .groupBy("service", "worker", F.col("m.metric").alias("metric"), bucket.alias("bucket"))
-        .count()
-        .toArrow()
-    )
+
+    selects = [one(index, name, name == "service_time") for index, name in enumerate(METRICS)]
+    union = selects[0]
+    for other in selects[1:]:
+        union = union.unionAll(other)
+    table = union.groupBy("service", "worker", "metric", "bucket").count().toArrow()
     result: dict[tuple[str, str | None, str], Histogram] = {}
     columns = [table.column(name).to_pylist() for name in ("service", "worker", "metric")]
     for service, worker, metric, bucket_, count in zip(
