@@ -245,24 +245,6 @@ def test_no_java_is_exit_10_with_how_to_get_it(traces: Path) -> None:
     assert "openjdk-17-jre-headless" in result.stderr
 
 
-def test_without_the_extra_it_says_how_to_install(tmp_path: Path) -> None:
-    """pyspark made unimportable in a child (as in a core-only install): exit 9 and the hint."""
-    code = (
-        "import sys; sys.modules['pyspark'] = None\n"
-        "from domo.cli import main\n"
-        f"sys.exit(main(['report', {str(tmp_path)!r}]))\n"
-    )
-    result = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
-    )
-    assert result.returncode == report.EXIT_NO_SPARK == 9
-    assert "pip install 'domo[spark]'" in result.stderr
-
-
-def test_not_a_directory_is_a_usage_error(tmp_path: Path) -> None:
-    assert report.run(tmp_path / "missing", stderr=io.StringIO()) == report.EXIT_USAGE
-
-
 def test_progress_line_on_a_terminal_only(spark: Any, traces: Path) -> None:
     """On a tty, stderr gets the self-rewriting step line; on anything else, nothing of it."""
     import pty
