@@ -38,9 +38,13 @@ def group(name: str) -> list[str]:
 
 @nox.session
 def tests(session: nox.Session) -> None:
-    """The whole test suite (Hypothesis profile ``ci`` when CI is set)."""
-    # trace: pyarrow, for tests/trace; metrics: prometheus-client, for tests/test_metrics.py
-    session.install("-e", ".[trace,metrics]", *group("test"))
+    """The whole test suite (Hypothesis profile ``ci`` when CI is set).
+
+    trace: pyarrow, for tests/trace; spark: pyspark and the rest, for tests/spark (a local Spark
+    on the machine's Java 17; those tests skip with the reason where pyspark is missing);
+    metrics: prometheus-client, for tests/test_metrics.py.
+    """
+    session.install("-e", ".[trace,spark,metrics]", *group("test"))
     session.run("pytest", *session.posargs)
 
 
@@ -107,7 +111,8 @@ def bench(session: nox.Session) -> None:
     ``brokers.py`` makes ``.bench-venvs/majortomo`` (majortomo 0.2.0 and six, never a domo
     dependency) on first use; matplotlib draws its plot and is installed here only.
     """
-    session.install("-e", ".[trace]", "matplotlib")  # trace: trace_overhead.py
+    # trace: trace_overhead.py; spark: report_bench.py and call_service_bench.py
+    session.install("-e", ".[trace,spark]", "matplotlib")
     for script in sorted(Path("benchmarks").glob("[!_]*.py")):
         session.run("python", str(script), *session.posargs)
 

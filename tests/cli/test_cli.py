@@ -73,8 +73,9 @@ def python_command(code: str) -> str:
         (["call"], ["SERVICE", "BODY", "--timeout", "--retries", "--raw", "mmi.service"]),
         (["demo"], ["--workers", "--clients", "--requests", "--duration"]),
         (["bench"], ["SERVICE", "--clients", "--requests", "--size"]),
+        (["report"], ["TRACE_DIR", "--master", "--html", "--out", "--since", "--service"]),
     ],
-    ids=["domo", "broker", "worker", "call", "demo", "bench"],
+    ids=["domo", "broker", "worker", "call", "demo", "bench", "report"],
 )
 async def test_help_of_every_command(command: list[str], mentions: list[str]) -> None:
     """``--help`` exits 0 and documents the options and the command's own exit codes, only
@@ -112,6 +113,14 @@ def test_no_exit_code_has_two_meanings_across_commands() -> None:
     codes = {name: getattr(cli, name) for name in cli.__all__ if name.startswith("EXIT_")}
     assert len(set(codes.values())) == len(codes), codes
     assert codes["EXIT_ERROR"] == 1
+    from domo import report  # its own codes (it is an extra's command): none reused either
+
+    own = {
+        name: getattr(report, name)
+        for name in report.__all__
+        if name.startswith("EXIT_") and name not in ("EXIT_OK", "EXIT_USAGE", "EXIT_CODES")
+    }
+    assert not set(own.values()) & set(codes.values()), own
 
 
 async def test_version_from_the_installed_console_script() -> None:

@@ -1,0 +1,116 @@
+"""A local SparkSession started the fast and quiet way measured on our machines.
+
+The settings and why (``shared/reference/pyspark-on-this-machine.md``): the JVM's C1-only JIT
+and serial GC about halve its start-up CPU; no UI (it would listen on port 4040 of the public
+interface and parallel sessions collide there); few shuffle partitions on a small machine; log4j
+at WARN so that a report's output is not buried under INFO lines; ``SPARK_LOCAL_IP`` so that
+Spark binds to loopback rather than guessing an interface; the Python workers run this very
+interpreter (``PYSPARK_PYTHON``), the one domo and pyarrow are installed in.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any, Final
+
+__all__ = ["INSTALL_HINT", "JAVA_HINT", "SparkUnavailable", "java_command", "local_session"]
+
+INSTALL_HINT: Final = "this needs the spark extra: pip install 'domo[spark]'"
+JAVA_HINT: Final = (
+    "Spark needs Java 17 or newer on PATH (or JAVA_HOME pointing at it): on Debian or Ubuntu "
+    "`apt-get install openjdk-17-jre-headless`, elsewhere a JDK from https://adoptium.net"
+)
+FAST_JVM_OPTIONS: Final = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -XX:-UsePerfData"
+# For long jobs: the full JIT (C2) runs Spark's generated code about twice as fast, once warm.
+BIG_JVM_OPTIONS: Final = "-XX:+UseParallelGC -XX:-UsePerfData"
+_LOG4J: Final = """\
+rootLogger.level = warn
+rootLogger.appenderRef.stderr.ref = console
+appender.console.type = Console
+appender.console.name = console
+appender.console.target = SYSTEM_ERR
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n
+logger.native.name = org.apache.hadoop.util.NativeCodeLoader
+logger.native.level = error
+logger.shutdown.name = org.apache.spark.util.ShutdownHookManager
+logger.shutdown.level = error
+"""
+
+
+class SparkUnavailable(Exception):
+    """pyspark is not installed, or no Java to run it; the message says how to get it."""
+
+
+def java_command() -> str | None:
+    """The ``java`` Spark would run: ``$JAVA_HOME/bin/java`` if JAVA_HOME is set, else PATH's."""
+    home = os.environ.get("JAVA_HOME")
+    if home:
+        java = Path(home) / "bin" / "java"
+        return str(java) if java.is_file() and os.access(java, os.X_OK) else None
+    return shutil.which("java")
+
+
+def _log4j_file() -> Path:
+    directory = Path(tempfile.gettempdir()) / f"domo-spark-{os.getuid()}"
+    directory.mkdir(exist_ok=True)
+    path = directory / "log4j2.properties"
+    if not path.exists() or path.read_text() != _LOG4J:
+        path.write_text(_LOG4J)
+    return path
+
+
+def local_session(
+    master: str | None = None,
+    *,
+    app_name: str = "domo",
+    driver_memory: str = "2g",
+    config: dict[str, str] | None = None,
+    big: bool = False,
+) -> Any:
+    """A ``pyspark.sql.SparkSession``: ``local[*]`` unless ``master`` names a cluster.
+
+    Raises ``SparkUnavailable`` without pyspark or without Java. An already running session of
+    this process is returned as is (Spark keeps one per process); its settings stay as they were.
+    ``config`` adds or overrides Spark settings. ``big``: tune the JVM for long jobs (the full
+    JIT compiler, a parallel GC) rather than for a fast start (the C1 compiler only, which about
+    halves the CPU of start-up and of small jobs, measured on our machines).
+    """
+    try:
+        from pyspark.sql import SparkSession
+    except ImportError as error:
+        raise SparkUnavailable(f"{INSTALL_HINT} ({error})") from error
+    if java_command() is None:
+        raise SparkUnavailable(f"no Java found. {JAVA_HINT}")
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    jvm = BIG_JVM_OPTIONS if big else FAST_JVM_OPTIONS
+    java_options = f"{jvm} -Dlog4j2.configurationFile=file:{_log4j_file()}"
+    settings = {
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.shuffle.partitions": str(max(2, os.cpu_count() or 2)),
+        "spark.default.parallelism": str(max(2, os.cpu_count() or 2)),
+        "spark.driver.memory": driver_memory,
+        "spark.driver.extraJavaOptions": java_options,
+        "spark.executor.extraJavaOptions": java_options,
+        "spark.sql.session.timeZone": "UTC",
+        "spark.sql.execution.arrow.pyspark.enabled": "true",
+    }
+    settings.update(config or {})
+    builder = SparkSession.builder.appName(app_name).master(master or "local[*]")
+    for key, value in settings.items():
+        builder = builder.config(key, value)
+    try:
+        session = builder.getOrCreate()
+    except Exception as error:  # PySparkRuntimeError [JAVA_GATEWAY_EXITED] and the like
+        if "JAVA_GATEWAY_EXITED" in str(error) or "Java gateway" in str(error):
+            raise SparkUnavailable(f"Spark's JVM did not start ({error}). {JAVA_HINT}") from error
+        raise
+    session.sparkContext.setLogLevel("WARN")
+    return session
