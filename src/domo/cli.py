@@ -37,6 +37,16 @@ import trio
 import zmq
 
 from domo import __version__, eventlog
+from domo.curve import (
+    AllowList,
+    CurveClient,
+    CurveError,
+    CurveServer,
+    KeyPair,
+    load_keypair,
+    load_public_key,
+    write_keypair,
+)
 from domo.endpoints import EndpointError, check_endpoint
 from domo.protocol import BrokerConfig, WorkerConfig, mdp
 from domo.protocol.events import (
@@ -141,6 +151,15 @@ EXIT_CODES: Final[dict[str, list[tuple[int, str]]]] = {
         (EXIT_TIMEOUT, "the service has no worker (mmi.service), or nothing was answered"),
         (EXIT_ENDPOINT, _ENDPOINT_FAILED),
     ],
+    "keygen": [
+        (EXIT_OK, "the key pair was written"),
+        (EXIT_ERROR, _BUG),
+        (
+            EXIT_USAGE,
+            "usage error: bad arguments, or a key file exists already (never overwritten) or "
+            "cannot be written",
+        ),
+    ],
     "fuzz": [
         (EXIT_OK, "no rule broken"),
         (EXIT_FINDINGS, "the target broke at least one rule"),
@@ -224,6 +243,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_demo(commands)
     _add_bench(commands)
     _add_fuzz(commands)
+    _add_keygen(commands)
     return parser
 
 
@@ -284,6 +304,7 @@ def _add_broker(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
         "every worker is sent DISCONNECT, and it exits 0.",
         _broker,
         "info",
+        _prepare_broker,
     )
     sub.add_argument(
         "--bind",
@@ -314,6 +335,55 @@ def _add_broker(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
         metavar="DIR",
         help="write one Parquet trace record per request and per worker change into DIR "
         "(needs pip install '.[trace]' in domo's source directory; schema in docs/traces.md)",
+    )
+    sub.add_argument(
+        "--curve-secret-file",
+        metavar="FILE",
+        help="require CURVE (encryption and authentication, docs/security.md) with the broker's "
+        "key pair from FILE (a NAME.key_secret made by `domo keygen NAME`)",
+    )
+    sub.add_argument(
+        "--curve-allow-file",
+        metavar="FILE",
+        help="with --curve-secret-file: admit only the client and worker public keys listed "
+        "in FILE, one per line ('#' starts a comment); SIGHUP re-reads it. Without it, any "
+        "peer that knows the broker's public key may connect (encrypted)",
+    )
+
+
+def _add_curve_client_options(sub: argparse.ArgumentParser) -> None:
+    sub.add_argument(
+        "--curve-server-key",
+        metavar="KEY",
+        help="connect with CURVE (docs/security.md) to a broker with this public key: its 40 "
+        "Z85 characters, or the path of its NAME.key file",
+    )
+    sub.add_argument(
+        "--curve-secret-file",
+        metavar="FILE",
+        help="with --curve-server-key: this peer's own key pair (a NAME.key_secret made by "
+        "`domo keygen NAME`), whose public key the broker's allow-list must hold; without it "
+        "a new key pair is made for each run",
+    )
+
+
+def _add_keygen(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    sub = _subcommand(
+        commands,
+        "keygen",
+        "write a CURVE key pair for a broker, worker or client",
+        "Write a new CURVE key pair as NAME.key (the public key, to hand out) and "
+        "NAME.key_secret (both keys, mode 0600, to keep) in --dir, in ZeroMQ's certificate "
+        "format, and print the public key. A broker takes its NAME.key_secret with "
+        "--curve-secret-file and lists the public keys it admits in --curve-allow-file; "
+        "workers and clients take the broker's public key with --curve-server-key and their "
+        "own NAME.key_secret with --curve-secret-file. Existing files are never overwritten.",
+        _keygen,
+        "warning",
+    )
+    sub.add_argument("name", metavar="NAME", help="the base name of the two key files")
+    sub.add_argument(
+        "--dir", default=".", metavar="DIR", help="where to write them (default: %(default)s)"
     )
 
 
@@ -356,6 +426,7 @@ def _add_worker(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
         help="kill CMD after this long and reply with an error (default: %(default)s)",
     )
     _add_heartbeat_options(sub, defaults.heartbeat_interval, defaults.liveness)
+    _add_curve_client_options(sub)
 
 
 def _add_call(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -407,6 +478,7 @@ def _add_call(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
         action="store_true",
         help="write reply frames to stdout as raw bytes, nothing added",
     )
+    _add_curve_client_options(sub)
 
 
 def _add_demo(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -837,14 +909,76 @@ async def _broker(args: argparse.Namespace) -> int:
     if args.trace_dir is not None and (error := _check_trace_dir(args.trace_dir)) is not None:
         print(f"domo broker: {error}", file=sys.stderr)
         return EXIT_USAGE
-    serve = partial(serve_broker, config=config, on_event=on_event, trace_dir=args.trace_dir)
+    serve = partial(
+        serve_broker, config=config, on_event=on_event, trace_dir=args.trace_dir, curve=args.curve
+    )
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async with trio.open_nursery() as nursery:
             bound: list[str] = await nursery.start(serve, *(args.bind or [DEFAULT_ENDPOINT]))
+            if args.curve is not None and args.curve.allow is not None:
+                nursery.start_soon(_reload_on_sighup, args.curve.allow)
             for endpoint in bound:
-                print(f"domo broker: listening on {endpoint}", flush=True)
+                secured = "" if args.curve is None else " (CURVE)"
+                print(f"domo broker: listening on {endpoint}{secured}", flush=True)
             await _stop_on_signal(signals, nursery.cancel_scope, "broker")
     print(f"domo broker: stopped; {completed} requests completed", flush=True)
+    return EXIT_OK
+
+
+def _prepare_broker(args: argparse.Namespace) -> None:
+    """Load the CURVE key pair and allow-list now: a bad file is a usage error (exit 2)."""
+    args.curve = None
+    if args.curve_secret_file is None:
+        if args.curve_allow_file is not None:
+            args.parser.error("--curve-allow-file needs --curve-secret-file")
+        return
+    try:
+        keys = load_keypair(args.curve_secret_file)
+        allow = None if args.curve_allow_file is None else AllowList(args.curve_allow_file)
+    except CurveError as error:
+        args.parser.error(str(error))
+    if allow is not None and not len(allow):
+        logger.warning("the allow-list %s is empty: no peer can connect", args.curve_allow_file)
+    args.curve = CurveServer(keys, allow)
+
+
+async def _reload_on_sighup(allow: AllowList) -> None:
+    """Re-read the CURVE allow-list at each SIGHUP (a bad file keeps the current list)."""
+    with trio.open_signal_receiver(signal.SIGHUP) as hangups:
+        async for _ in hangups:
+            logger.info("SIGHUP received: reloading the allow-list %s", allow.path)
+            allow.reload()
+
+
+def _prepare_curve_client(args: argparse.Namespace) -> None:
+    """``args.curve``: the CurveClient that --curve-server-key / --curve-secret-file ask for."""
+    args.curve = None
+    if args.curve_server_key is None:
+        if args.curve_secret_file is not None:
+            args.parser.error("--curve-secret-file needs --curve-server-key (the broker's key)")
+        return
+    try:
+        server_key = load_public_key(args.curve_server_key)
+        if args.curve_secret_file is not None:
+            keys = load_keypair(args.curve_secret_file)
+        else:
+            public, secret = zmq.curve_keypair()  # for a broker that admits any key
+            keys = KeyPair(public, secret)
+    except CurveError as error:
+        args.parser.error(str(error))
+    args.curve = CurveClient(server_key, keys)
+
+
+async def _keygen(args: argparse.Namespace) -> int:
+    try:
+        public_file, secret_file = write_keypair(args.dir, args.name)
+    except CurveError as error:
+        print(f"domo keygen: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    public = load_public_key(str(public_file)).decode()
+    print(f"domo keygen: wrote {public_file} (public) and {secret_file} (secret, mode 0600)")
+    print(f"public key: {public}")
+    print(f"allow-list line: {public}  # {args.name}")
     return EXIT_OK
 
 
@@ -950,6 +1084,7 @@ async def _stop_on_signal(
 
 def _prepare_worker(args: argparse.Namespace) -> None:
     """Check that SERVICE has a handler, and that an --exec command can be found."""
+    _prepare_curve_client(args)
     args.exec_argv = None
     if args.service.startswith("mmi."):
         args.parser.error("service names starting with 'mmi.' belong to the broker (MDP-D-14)")
@@ -994,6 +1129,7 @@ async def _worker(args: argparse.Namespace) -> int:
         concurrency=args.concurrency,
         on_event=watch.on_event,
         on_broker_heard=watch.heard,
+        curve=args.curve,
     )
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async with trio.open_nursery() as nursery:
@@ -1171,6 +1307,7 @@ async def _read_all(pipe: trio.abc.ReceiveStream, into: bytearray) -> None:
 
 def _prepare_call(args: argparse.Namespace) -> None:
     """The request frames: one per BODY argument, '-' read from stdin; one empty frame if none."""
+    _prepare_curve_client(args)
     if args.body.count("-") > 1:
         args.parser.error("'-' (stdin) may be given only once")
     args.frames = [
@@ -1197,7 +1334,7 @@ async def _call(args: argparse.Namespace) -> int:
 async def _request(args: argparse.Namespace) -> int:
     """Send the request ``--repeat`` times on one client; the exit code of the last failure."""
     code = EXIT_OK
-    client = Client(args.connect, timeout=args.timeout, retries=args.retries)
+    client = Client(args.connect, timeout=args.timeout, retries=args.retries, curve=args.curve)
     async with client:
         for _ in itertools.count() if args.repeat == 0 else range(args.repeat):
             code = await _request_once(client, args) or code
@@ -1239,10 +1376,17 @@ async def _why_no_reply(args: argparse.Namespace, attempts: int) -> str:
     """After a timeout, ask the broker (mmi.service, one short try) what the likely cause is."""
     if args.service.startswith("mmi."):
         return "is the broker up?"
-    async with Client(args.connect, timeout=min(args.timeout, 1.0), retries=0) as client:
+    probe = Client(args.connect, timeout=min(args.timeout, 1.0), retries=0, curve=args.curve)
+    async with probe as client:
         try:
             answer = await client.request("mmi.service", args.service.encode())
         except RequestFailed:
+            if args.curve is not None:
+                return (
+                    f"no broker answered at {args.connect} either: is `domo broker` running, "
+                    "with this public key (--curve-server-key), and does its allow-list hold "
+                    "this peer's key (--curve-secret-file)?"
+                )
             return f"no broker answered at {args.connect} either (is `domo broker` running?)"
     if answer[:1] != [b"200"]:
         return f"the broker says no worker serves {args.service!r} (mmi.service: 404)"

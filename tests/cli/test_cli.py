@@ -66,8 +66,9 @@ def python_command(code: str) -> str:
         (["call"], ["SERVICE", "BODY", "--timeout", "--retries", "--raw", "mmi.service"]),
         (["demo"], ["--workers", "--clients", "--requests", "--duration"]),
         (["bench"], ["SERVICE", "--clients", "--requests", "--size"]),
+        (["keygen"], ["NAME", "--dir", "0600", "--curve-allow-file"]),
     ],
-    ids=["domo", "broker", "worker", "call", "demo", "bench"],
+    ids=["domo", "broker", "worker", "call", "demo", "bench", "keygen"],
 )
 async def test_help_of_every_command(command: list[str], mentions: list[str]) -> None:
     """``--help`` exits 0 and documents the options and the command's own exit codes, only
