@@ -1034,3 +1034,20 @@ def test_mdp_d_24_every_accepted_request_has_one_outcome() -> None:
     assert sorted(rid for _, rid in ended) == sorted(accepted)
     kinds = {kind for kind, _ in ended}
     assert kinds == {"completed", "dropped"}
+
+
+def test_mdp_d_24_a_final_not_yet_taken_is_not_completed() -> None:
+    """MDP-D-24: flushed() completes only FINALs the runtime took; one still in the outbox
+    waits for the next flush."""
+    run = Run()
+    busy_pair(run)
+    run.request(b"C1", b"echo", 0.1)
+    run.request(b"C2", b"echo", 0.1)
+    run.out()
+    run.final(b"W1", b"C1", 0.2)
+    assert run.broker.flushed() == []  # queued, not taken: not sent yet
+    assert len(run.out()) == 1
+    run.final(b"W2", b"C2", 0.3)  # queued after the take
+    assert outcomes(run.broker.flushed()) == [("completed", 1)]
+    assert len(run.out()) == 1
+    assert outcomes(run.broker.flushed()) == [("completed", 2)]
