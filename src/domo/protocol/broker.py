@@ -437,8 +437,11 @@ class Broker:
         """
         outbox = self._outbox
         self._outbox = []
-        self._base = taken = self._taken
-        self._taken = taken + len(outbox)
+        # Numbers matter only while a reply awaits its flush: an outbox taken with none pending
+        # is not counted (the numbers stay consistent among the replies that are).
+        if self._finals or self._cargo:
+            self._base = taken = self._taken
+            self._taken = taken + len(outbox)
         return outbox
 
     def flushed(self) -> list[RequestCompleted]:
@@ -873,7 +876,8 @@ class Broker:
             self._final_seq.append(self._taken + len(self._outbox) - 1)
         record = self._dispatcher.service(worker.service)
         assert record is not None
-        self._dispatch(record, now, events)
+        if record.queue:  # the worker is idle again: a waiting request goes to it
+            self._dispatch(record, now, events)
 
     # -- the client side -----------------------------------------------------------------------
 
