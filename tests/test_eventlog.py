@@ -101,7 +101,13 @@ def test_peer_ids_are_hex_and_pairs_are_joined() -> None:
 def test_per_request_events_are_debug_and_losses_warn() -> None:
     expired = RequestExpired(request_id=1, client=b"c", service=b"s", waited=1.0, at=1.0)
     dropped = RequestDropped(
-        request_id=1, client=b"c", service=b"s", reason="redispatch-limit", worker=None, at=1.0
+        request_id=1,
+        client=b"c",
+        service=b"s",
+        reason="redispatch-limit",
+        worker=None,
+        rule="MDP-D-08",
+        at=1.0,
     )
     registered = WorkerRegistered(worker=W, service=b"s", at=1.0)
     assert eventlog.level_of(expired) == logging.DEBUG

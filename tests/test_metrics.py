@@ -42,9 +42,10 @@ class Scenario:
         self.now = 0.0
 
     def feed(self, events: list[BrokerEvent]) -> None:
-        for event in events:
-            self.metrics.on_event(event)
+        """What a runtime's flush does: events, then send the outbox, then ``flushed``."""
         self.broker.take_outgoing()
+        for event in [*events, *self.broker.flushed()]:
+            self.metrics.on_event(event)
         self.check()
 
     def receive(self, peer: bytes, *frames: bytes) -> None:

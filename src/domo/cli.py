@@ -42,6 +42,16 @@ import zmq
 
 from domo import __version__, eventlog
 from domo import report as trace_report
+from domo.curve import (
+    AllowList,
+    CurveClient,
+    CurveError,
+    CurveServer,
+    KeyPair,
+    load_keypair,
+    load_public_key,
+    write_keypair,
+)
 from domo.endpoints import EndpointError, check_endpoint
 from domo.protocol import BrokerConfig, WorkerConfig, mdp
 from domo.protocol.events import (
@@ -157,6 +167,15 @@ EXIT_CODES: Final[dict[str, list[tuple[int, str]]]] = {
         (EXIT_USAGE, "usage error: bad arguments or options; or prometheus-client missing"),
         (EXIT_UNREACHABLE, "the metrics could not be read (no broker with --metrics there?)"),
     ],
+    "keygen": [
+        (EXIT_OK, "the key pair was written"),
+        (EXIT_ERROR, _BUG),
+        (
+            EXIT_USAGE,
+            "usage error: bad arguments, or a key file exists already (never overwritten) or "
+            "cannot be written",
+        ),
+    ],
     "fuzz": [
         (EXIT_OK, "no rule broken"),
         (EXIT_FINDINGS, "the target broke at least one rule"),
@@ -243,6 +262,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_fuzz(commands)
     _add_status(commands)
     _add_report(commands)
+    _add_keygen(commands)
     return parser
 
 
@@ -303,6 +323,7 @@ def _add_broker(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
         "every worker is sent DISCONNECT, and it exits 0.",
         _broker,
         "info",
+        _prepare_broker,
     )
     sub.add_argument(
         "--bind",
@@ -340,6 +361,55 @@ def _add_broker(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
         type=_metrics_address,
         help="serve Prometheus metrics over HTTP at http://HOST:PORT/metrics (port 0 picks a "
         "free one; needs pip install '.[metrics]'); `domo status` reads them",
+    )
+    sub.add_argument(
+        "--curve-secret-file",
+        metavar="FILE",
+        help="require CURVE (encryption and authentication, docs/security.md) with the broker's "
+        "key pair from FILE (a NAME.key_secret made by `domo keygen NAME`)",
+    )
+    sub.add_argument(
+        "--curve-allow-file",
+        metavar="FILE",
+        help="with --curve-secret-file: admit only the client and worker public keys listed "
+        "in FILE, one per line ('#' starts a comment); SIGHUP re-reads it. Without it, any "
+        "peer that knows the broker's public key may connect (encrypted)",
+    )
+
+
+def _add_curve_client_options(sub: argparse.ArgumentParser) -> None:
+    sub.add_argument(
+        "--curve-server-key",
+        metavar="KEY",
+        help="connect with CURVE (docs/security.md) to a broker with this public key: its 40 "
+        "Z85 characters, or the path of its NAME.key file",
+    )
+    sub.add_argument(
+        "--curve-secret-file",
+        metavar="FILE",
+        help="with --curve-server-key: this peer's own key pair (a NAME.key_secret made by "
+        "`domo keygen NAME`), whose public key the broker's allow-list must hold; without it "
+        "a new key pair is made for each run",
+    )
+
+
+def _add_keygen(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    sub = _subcommand(
+        commands,
+        "keygen",
+        "write a CURVE key pair for a broker, worker or client",
+        "Write a new CURVE key pair as NAME.key (the public key, to hand out) and "
+        "NAME.key_secret (both keys, mode 0600, to keep) in --dir, in ZeroMQ's certificate "
+        "format, and print the public key. A broker takes its NAME.key_secret with "
+        "--curve-secret-file and lists the public keys it admits in --curve-allow-file; "
+        "workers and clients take the broker's public key with --curve-server-key and their "
+        "own NAME.key_secret with --curve-secret-file. Existing files are never overwritten.",
+        _keygen,
+        "warning",
+    )
+    sub.add_argument("name", metavar="NAME", help="the base name of the two key files")
+    sub.add_argument(
+        "--dir", default=".", metavar="DIR", help="where to write them (default: %(default)s)"
     )
 
 
@@ -382,6 +452,7 @@ def _add_worker(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
         help="kill CMD after this long and reply with an error (default: %(default)s)",
     )
     _add_heartbeat_options(sub, defaults.heartbeat_interval, defaults.liveness)
+    _add_curve_client_options(sub)
 
 
 def _add_call(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -440,6 +511,7 @@ def _add_call(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
         help='write each reply as one JSON line: {"reply": "partial" or "final", "frames": '
         '[...], "encoding": "utf-8" or "base64"} (base64 when a frame is not UTF-8)',
     )
+    _add_curve_client_options(sub)
 
 
 def _add_demo(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -1026,13 +1098,18 @@ async def _broker(args: argparse.Namespace) -> int:
             counted(event)
             metrics.on_event(event)
 
-    serve = partial(serve_broker, config=config, on_event=on_event, trace_dir=args.trace_dir)
+    serve = partial(
+        serve_broker, config=config, on_event=on_event, trace_dir=args.trace_dir, curve=args.curve
+    )
     async with _graceful_stop("broker") as stop:
         with stop:
             async with trio.open_nursery() as nursery:
                 bound: list[str] = await nursery.start(serve, *(args.bind or [DEFAULT_ENDPOINT]))
+                if args.curve is not None and args.curve.allow is not None:
+                    nursery.start_soon(_reload_on_sighup, args.curve.allow)
                 for endpoint in bound:
-                    print(f"domo broker: listening on {endpoint}", flush=True)
+                    secured = "" if args.curve is None else " (CURVE)"
+                    print(f"domo broker: listening on {endpoint}{secured}", flush=True)
                 await trio.sleep_forever()
     print(f"domo broker: stopped; {completed} requests completed", flush=True)
     return EXIT_OK
@@ -1044,6 +1121,63 @@ def _metrics_address(text: str) -> str:
     if not colon or not host or not port.isdigit() or int(port) > 65535:
         raise argparse.ArgumentTypeError(f"not HOST:PORT (port 0 to 65535): {text!r}")
     return text
+
+
+def _prepare_broker(args: argparse.Namespace) -> None:
+    """Load the CURVE key pair and allow-list now: a bad file is a usage error (exit 2)."""
+    args.curve = None
+    if args.curve_secret_file is None:
+        if args.curve_allow_file is not None:
+            args.parser.error("--curve-allow-file needs --curve-secret-file")
+        return
+    try:
+        keys = load_keypair(args.curve_secret_file)
+        allow = None if args.curve_allow_file is None else AllowList(args.curve_allow_file)
+    except CurveError as error:
+        args.parser.error(str(error))
+    if allow is not None and not len(allow):
+        logger.warning("the allow-list %s is empty: no peer can connect", args.curve_allow_file)
+    args.curve = CurveServer(keys, allow)
+
+
+async def _reload_on_sighup(allow: AllowList) -> None:
+    """Re-read the CURVE allow-list at each SIGHUP (a bad file keeps the current list)."""
+    with trio.open_signal_receiver(signal.SIGHUP) as hangups:
+        async for _ in hangups:
+            logger.info("SIGHUP received: reloading the allow-list %s", allow.path)
+            allow.reload()
+
+
+def _prepare_curve_client(args: argparse.Namespace) -> None:
+    """``args.curve``: the CurveClient that --curve-server-key / --curve-secret-file ask for."""
+    args.curve = None
+    if args.curve_server_key is None:
+        if args.curve_secret_file is not None:
+            args.parser.error("--curve-secret-file needs --curve-server-key (the broker's key)")
+        return
+    try:
+        server_key = load_public_key(args.curve_server_key)
+        if args.curve_secret_file is not None:
+            keys = load_keypair(args.curve_secret_file)
+        else:
+            public, secret = zmq.curve_keypair()  # for a broker that admits any key
+            keys = KeyPair(public, secret)
+    except CurveError as error:
+        args.parser.error(str(error))
+    args.curve = CurveClient(server_key, keys)
+
+
+async def _keygen(args: argparse.Namespace) -> int:
+    try:
+        public_file, secret_file = write_keypair(args.dir, args.name)
+    except CurveError as error:
+        print(f"domo keygen: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    public = load_public_key(str(public_file)).decode()
+    print(f"domo keygen: wrote {public_file} (public) and {secret_file} (secret, mode 0600)")
+    print(f"public key: {public}")
+    print(f"allow-list line: {public}  # {args.name}")
+    return EXIT_OK
 
 
 def _check_trace_dir(directory: str) -> str | None:
@@ -1079,7 +1213,7 @@ class LateWorkerWatch:
         self.config = config
         # Insertion-ordered, bounded: expired worker -> whether it held a request then.
         self._expired: dict[object, bool] = {}
-        self._busy: dict[object, None] = {}  # workers holding a request now
+        self._busy: dict[object, int] = {}  # worker -> the request it holds now
         self._sizes: dict[int, int] = {}  # request id -> body size, for requests not yet done
         self._holding: dict[object, int] = {}  # worker -> size of the request it was sent last
         self.hinted = False
@@ -1111,11 +1245,14 @@ class LateWorkerWatch:
                 del self._sizes[next(iter(self._sizes))]
         elif isinstance(event, RequestDispatched):
             self._holding[event.worker] = self._sizes.get(event.request_id, 0)
-            self._busy[event.worker] = None
+            self._busy[event.worker] = event.request_id
         elif isinstance(event, RequestCompleted | RequestDropped | RequestExpired):
             self._sizes.pop(event.request_id, None)
-            if isinstance(event, RequestCompleted):
-                self._busy.pop(event.worker, None)
+            # Completed once its FINAL was sent, maybe after the worker's next dispatch.
+            if isinstance(event, RequestCompleted) and self._busy.get(event.worker) == (
+                event.request_id
+            ):
+                del self._busy[event.worker]
         elif isinstance(event, WorkerDisconnected) and event.reason == "unreachable":
             self._explain_large_transfer(event)  # it gave the broker up while the body crossed
         if isinstance(event, WorkerDisconnected):
@@ -1197,6 +1334,7 @@ async def _stop_on_signal(
 
 def _prepare_worker(args: argparse.Namespace) -> None:
     """Check that SERVICE has a handler, and that an --exec command can be found."""
+    _prepare_curve_client(args)
     args.exec_argv = None
     if args.service.startswith("mmi."):
         args.parser.error("service names starting with 'mmi.' belong to the broker (MDP-D-14)")
@@ -1241,6 +1379,7 @@ async def _worker(args: argparse.Namespace) -> int:
         concurrency=args.concurrency,
         on_event=watch.on_event,
         on_broker_heard=watch.heard,
+        curve=args.curve,
     )
     async with _graceful_stop("worker") as stop:
         with stop:
@@ -1419,6 +1558,7 @@ async def _read_all(pipe: trio.abc.ReceiveStream, into: bytearray) -> None:
 
 def _prepare_call(args: argparse.Namespace) -> None:
     """The request frames: one per BODY argument, '-' read from stdin; one empty frame if none."""
+    _prepare_curve_client(args)
     if args.body.count("-") > 1:
         args.parser.error("'-' (stdin) may be given only once")
     args.frames = [
@@ -1445,7 +1585,7 @@ async def _call(args: argparse.Namespace) -> int:
 async def _request(args: argparse.Namespace) -> int:
     """Send the request ``--repeat`` times on one client; the exit code of the last failure."""
     code = EXIT_OK
-    client = Client(args.connect, timeout=args.timeout, retries=args.retries)
+    client = Client(args.connect, timeout=args.timeout, retries=args.retries, curve=args.curve)
     async with client:
         for _ in itertools.count() if args.repeat == 0 else range(args.repeat):
             code = await _request_once(client, args) or code
@@ -1533,10 +1673,17 @@ async def _why_no_reply(args: argparse.Namespace, attempts: int) -> str:
     """After a timeout, ask the broker (mmi.service, one short try) what the likely cause is."""
     if args.service.startswith("mmi."):
         return "is the broker up?"
-    async with Client(args.connect, timeout=min(args.timeout, 1.0), retries=0) as client:
+    probe = Client(args.connect, timeout=min(args.timeout, 1.0), retries=0, curve=args.curve)
+    async with probe as client:
         try:
             answer = await client.request("mmi.service", args.service.encode())
         except RequestError:
+            if args.curve is not None:
+                return (
+                    f"no broker answered at {args.connect} either: is `domo broker` running, "
+                    "with this public key (--curve-server-key), and does its allow-list hold "
+                    "this peer's key (--curve-secret-file)?"
+                )
             return f"no broker answered at {args.connect} either (is `domo broker` running?)"
     if answer[:1] != [b"200"]:
         return f"the broker says no worker serves {args.service!r} (mmi.service: 404)"

@@ -205,7 +205,7 @@ _TEMPLATES: Final[dict[str, Callable[[Any], str]]] = {
     ),
     "RequestDropped": lambda e: (
         f"request {e.request_id} for {_text(e.service)} from client {peer_text(e.client)} "
-        f"dropped: {e.reason}"
+        f"dropped: {e.reason} ({e.rule})"
     ),
     "MmiReplied": lambda e: (
         f"client {peer_text(e.client)} asked {_text(e.service)} about {_text(e.query)}: "

@@ -106,7 +106,10 @@ class BrokerMetrics:
             "domo_violations", "Protocol violations by peers, by rule", ["rule"], registry=r
         )
         self._services: set[bytes] = set()  # the services that may be a label
-        self._busy: dict[bytes, bytes] = {}  # busy worker -> its service label source
+        # Busy worker -> the request it holds (id, service), as the events tell it. A FINAL is
+        # reported completed once it was sent (MDP-D-24), which can be after the worker's next
+        # dispatch: a completion frees the worker only if that request is still the one it holds.
+        self._holding: dict[bytes, tuple[int, bytes]] = {}
         self._waiting: dict[int, str] = {}  # queued request id -> service label
 
     def _service(self, name: bytes) -> str:
@@ -123,15 +126,15 @@ class BrokerMetrics:
             service = self._service(event.service)
             self._leave_queue(event.request_id)
             self.queue_wait.labels(service).observe(event.waited)
-            self._worker_freed(event.worker)  # still busy with a request whose client left
-            self._busy[event.worker] = event.service
-            self.workers.labels(service, "idle").dec()
-            self.workers.labels(service, "busy").inc()
+            if self._holding.get(event.worker) is None:
+                self.workers.labels(service, "idle").dec()
+                self.workers.labels(service, "busy").inc()
+            self._holding[event.worker] = (event.request_id, event.service)
         elif isinstance(event, RequestCompleted):
             service = self._service(event.service)
             self.outcomes.labels(service, "completed").inc()
             self.latency.labels(service).observe(event.elapsed)
-            self._worker_freed(event.worker)
+            self._release(event.worker, event.request_id)
         elif isinstance(event, PartialForwarded):
             self.partials.labels(self._service(event.service)).inc()
         elif isinstance(event, RequestRedispatched):
@@ -148,10 +151,10 @@ class BrokerMetrics:
             self.outcomes.labels(service, "dropped").inc()
             self.dropped.labels(service, event.reason).inc()
             if event.worker is not None and event.reason not in WORKER_CARRIES_ON:
-                self._worker_freed(event.worker)
+                self._release(event.worker, event.request_id)
         elif isinstance(event, MessageDropped):
-            if event.peer in self._busy and event.reason.startswith("FINAL"):
-                self._worker_freed(event.peer)  # the FINAL of a request whose client left
+            if event.peer is not None and event.reason.startswith("FINAL"):
+                self._release(event.peer, None)  # the FINAL of a request whose client left
         elif isinstance(event, WorkerRegistered):
             if len(self._services) < MAX_SERVICES:
                 self._services.add(event.service)
@@ -159,7 +162,7 @@ class BrokerMetrics:
         elif isinstance(event, WorkerExpired | WorkerDisconnected):
             reason = "expired" if isinstance(event, WorkerExpired) else event.reason
             self.worker_losses.labels(reason).inc()
-            state = "busy" if self._busy.pop(event.worker, None) is not None else "idle"
+            state = "busy" if self._holding.pop(event.worker, None) is not None else "idle"
             self.workers.labels(self._service(event.service), state).dec()
         elif isinstance(event, ProtocolViolation):
             self.violations.labels(event.rule).inc()
@@ -169,12 +172,15 @@ class BrokerMetrics:
         if service is not None:
             self.queued.labels(service).dec()
 
-    def _worker_freed(self, worker: bytes) -> None:
-        service = self._busy.pop(worker, None)
-        if service is not None:
-            label = self._service(service)
-            self.workers.labels(label, "busy").dec()
-            self.workers.labels(label, "idle").inc()
+    def _release(self, worker: bytes, request_id: int | None) -> None:
+        """``worker`` is done with ``request_id`` (None: whatever it held): idle again."""
+        held = self._holding.get(worker)
+        if held is None or (request_id is not None and held[0] != request_id):
+            return
+        del self._holding[worker]
+        label = self._service(held[1])
+        self.workers.labels(label, "busy").dec()
+        self.workers.labels(label, "idle").inc()
 
 
 def serve_metrics(address: str, metrics: BrokerMetrics) -> tuple[str, int]:

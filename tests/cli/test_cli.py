@@ -74,8 +74,9 @@ def python_command(code: str) -> str:
         (["demo"], ["--workers", "--clients", "--requests", "--duration"]),
         (["bench"], ["SERVICE", "--clients", "--requests", "--size"]),
         (["report"], ["TRACE_DIR", "--master", "--html", "--out", "--since", "--service"]),
+        (["keygen"], ["NAME", "--dir", "0600", "--curve-allow-file"]),
     ],
-    ids=["domo", "broker", "worker", "call", "demo", "bench", "report"],
+    ids=["domo", "broker", "worker", "call", "demo", "bench", "report", "keygen"],
 )
 async def test_help_of_every_command(command: list[str], mentions: list[str]) -> None:
     """``--help`` exits 0 and documents the options and the command's own exit codes, only

@@ -42,6 +42,7 @@ def apply(broker: Broker, record: Record) -> tuple[str, list[tuple[bytes, Relaye
     else:
         raise ValueError(f"unknown input kind {kind!r}")
     outbox = broker.take_outgoing()
+    events += broker.flushed()  # every message was "sent": the FINALs complete (MDP-D-24)
     return f"{events!r} -> {outbox!r}", outbox
 
 

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import math
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from random import Random
 from types import FrameType
 from typing import Any
 
@@ -28,6 +29,7 @@ from domo.protocol.events import (
     RequestDispatched,
     RequestDropped,
     RequestExpired,
+    RequestQueued,
     RequestRedispatched,
     WorkerDisconnected,
     WorkerExpired,
@@ -857,3 +859,195 @@ def test_tick_work_is_proportional_to_what_is_due() -> None:
     assert costs[0] == costs[1]
     assert all(cost < 50 for cost in costs[1])
     assert large.next_deadline() == 1.5  # the crowd's heartbeats, all due together
+
+
+# --- delivery: one reported outcome per request (MDP-D-24) -------------------------------------
+
+
+def outcomes(events: Sequence[BrokerEvent]) -> list[tuple[str, int]]:
+    """The request outcomes among ``events``, in order: ("completed" | "dropped", request id)."""
+    found: list[tuple[str, int]] = []
+    for event in events:
+        if isinstance(event, RequestCompleted):
+            found.append(("completed", event.request_id))
+        elif isinstance(event, RequestDropped):
+            found.append(("dropped", event.request_id))
+    return found
+
+
+def busy_pair(run: Run) -> None:
+    """Two workers of "echo", both idle."""
+    run.ready(b"W1", b"echo", 0.0)
+    run.ready(b"W2", b"echo", 0.0)
+    assert run.out() == []
+
+
+@pytest.mark.parametrize("feedback", ["peer_unreachable", "peer_congested"])
+def test_mdp_d_24_a_final_not_sent_ends_its_request_as_dropped(feedback: str) -> None:
+    """MDP-D-24, MDP-D-15: the FINAL is in the outbox, the send fails: that request is dropped
+    (named, with its rule), never completed; nothing is reported twice."""
+    run = Run()
+    busy_pair(run)
+    run.request(b"C1", b"echo", 0.1)
+    run.out()
+    assert run.broker.flushed() == []  # a REQUEST to a worker completes nothing
+    assert run.reply(b"W1", b"\x04", b"C1", 0.2)[1] == []  # not completed before it is sent
+    [(to, _)] = run.out()
+    assert to == b"C1"
+    assert run.broker.holds(b"C1")  # its reply is in flight
+    events = getattr(run.broker, feedback)(b"C1", 0.2, unsent=0)
+    [dropped] = of(RequestDropped, events)
+    reason = "client-unreachable" if feedback == "peer_unreachable" else "client-congested"
+    assert (dropped.request_id, dropped.client, dropped.reason, dropped.worker, dropped.rule) == (
+        1,
+        b"C1",
+        reason,
+        b"W1",
+        "MDP-D-15",
+    )
+    assert run.broker.flushed() == []
+    assert not run.broker.holds(b"C1")
+    assert run.broker.worker_state(b"W1") is PeerState.IDLE  # the worker did its part
+
+
+def test_mdp_d_24_a_newer_request_is_not_blamed_for_an_older_final() -> None:
+    """MDP-D-24: the client asked again before its first FINAL left; that FINAL fails: the
+    first request is dropped, the second is still served and completed."""
+    run = Run()
+    busy_pair(run)
+    run.request(b"C1", b"echo", 0.1)
+    run.out()
+    run.final(b"W1", b"C1", 0.2)
+    second = run.request(b"C1", b"echo", 0.2)  # same batch: the first is forgotten (MDP-D-10)
+    outbox = run.out()
+    assert [peer for peer, _ in outbox] == [b"C1", b"W2"]  # FINAL 1, then REQUEST 2 to W2
+    assert outbox[1][1] == to_worker(b"C1", second)
+    events = run.broker.peer_congested(b"C1", 0.2, unsent=0)
+    assert outcomes(events) == [("dropped", 1)]
+    assert [r.request_id for r in run.broker.requests()] == [2]  # still outstanding
+    assert run.broker.flushed() == []
+    reply = run.final(b"W2", b"C1", 0.3)
+    assert run.out() == [(b"C1", to_client(b"\x03", b"echo", reply))]
+    assert outcomes(run.broker.flushed()) == [("completed", 2)]
+
+
+def test_mdp_d_24_a_final_sent_before_the_failure_is_completed() -> None:
+    """MDP-D-24: two FINALs to one client in one outbox; the second does not fit: the first
+    request is completed, the second dropped."""
+    run = Run()
+    busy_pair(run)
+    run.request(b"C1", b"echo", 0.1)
+    run.out()
+    run.final(b"W1", b"C1", 0.2)
+    run.request(b"C1", b"echo", 0.2)  # to W2, idle the longest (MDP-A-04)
+    run.final(b"W2", b"C1", 0.2)
+    outbox = run.out()
+    finals = [i for i, (peer, frames) in enumerate(outbox) if peer == b"C1"]
+    assert len(finals) == 2
+    events = run.broker.peer_congested(b"C1", 0.2, unsent=finals[1])
+    assert outcomes(events) == [("dropped", 2)]
+    assert outcomes(run.broker.flushed()) == [("completed", 1)]
+    assert run.broker.requests() == []
+
+
+def test_mdp_d_24_a_partial_not_sent_drops_its_request() -> None:
+    """MDP-D-24, MDP-D-15: a PARTIAL that was not sent ends the request it belongs to; its
+    worker's FINAL is then dropped as a late reply (MDP-D-10)."""
+    run = Run()
+    busy_pair(run)
+    run.request(b"C1", b"echo", 0.1)
+    run.out()
+    run.partial(b"W1", b"C1", 0.2)
+    assert len(run.out()) == 1
+    events = run.broker.peer_congested(b"C1", 0.2, unsent=0)
+    assert [(e.request_id, e.reason) for e in of(RequestDropped, events)] == [
+        (1, "client-congested")
+    ]
+    _, late = run.reply(b"W1", b"\x04", b"C1", 0.3)
+    assert of(MessageDropped, late)
+    assert run.out() == []
+    assert run.broker.flushed() == []
+
+
+def test_mdp_d_24_an_mmi_reply_not_sent_is_reported_and_spares_the_request() -> None:
+    """MDP-D-24: an mmi.* reply that was not sent is a MessageDropped; the client's queued
+    request does not pay for it."""
+    run = Run()
+    run.request(b"C1", b"nobody", 0.0)
+    run.send(b"C2", (C, b"\x01", b"mmi.service", b"echo"), 0.1)
+    run.out()
+    events = run.broker.peer_congested(b"C2", 0.1, unsent=0)
+    [dropped] = of(MessageDropped, events)
+    assert dropped.peer == b"C2"
+    assert "mmi.service" in dropped.reason
+    assert not of(RequestDropped, events)
+    assert [r.client for r in run.broker.requests()] == [b"C1"]
+
+
+def test_mdp_d_24_without_an_index_nothing_in_flight_counts_as_sent() -> None:
+    """MDP-D-24: feedback that does not say which message failed drops the FINAL in flight
+    and the outstanding request alike (nothing is claimed completed that may not be)."""
+    run = Run()
+    busy_pair(run)
+    run.request(b"C1", b"echo", 0.1)
+    run.out()
+    run.final(b"W1", b"C1", 0.2)
+    run.request(b"C1", b"echo", 0.2)
+    run.out()
+    events = run.broker.peer_congested(b"C1", 0.2)
+    assert sorted(outcomes(events)) == [("dropped", 1), ("dropped", 2)]
+    assert run.broker.flushed() == []
+
+
+def test_mdp_d_24_every_accepted_request_has_one_outcome() -> None:
+    """MDP-D-24: many clients, FINALs failing at random points of their outboxes: each
+    accepted request ends exactly once, completed or dropped."""
+    rng = Random(24)
+    run = Run(heartbeat_interval=100.0)
+    workers = [b"W%d" % i for i in range(4)]
+    for worker in workers:
+        run.ready(worker, b"echo", 0.0)
+    run.out()
+    accepted: list[int] = []
+    ended: list[tuple[str, int]] = []
+    now = 0.0
+    for _ in range(300):
+        now += 0.01
+        events: list[BrokerEvent] = []
+        for client in (b"C%d" % rng.randrange(6) for _ in range(3)):
+            events += run.broker.receive(client, [C, b"\x01", b"echo", b"x"], now)
+        for view in run.broker.workers().values():
+            if view.client is not None and rng.random() < 0.7:
+                events += run.broker.receive(view.peer, [W, b"\x04", view.client, b"", b"y"], now)
+        while outbox := run.broker.take_outgoing():
+            failed: set[bytes] = set()
+            for index, (peer, _) in enumerate(outbox):
+                if peer in failed or not peer.startswith(b"C") or rng.random() > 0.2:
+                    continue
+                failed.add(peer)
+                events += run.broker.peer_congested(peer, now, unsent=index)
+        events += run.broker.flushed()
+        accepted += [e.request_id for e in events if isinstance(e, RequestQueued)]
+        ended += outcomes(events)
+    for request in run.broker.requests():
+        accepted.remove(request.request_id)  # still outstanding: no outcome yet
+    assert sorted(rid for _, rid in ended) == sorted(accepted)
+    kinds = {kind for kind, _ in ended}
+    assert kinds == {"completed", "dropped"}
+
+
+def test_mdp_d_24_a_final_not_yet_taken_is_not_completed() -> None:
+    """MDP-D-24: flushed() completes only FINALs the runtime took; one still in the outbox
+    waits for the next flush."""
+    run = Run()
+    busy_pair(run)
+    run.request(b"C1", b"echo", 0.1)
+    run.request(b"C2", b"echo", 0.1)
+    run.out()
+    run.final(b"W1", b"C1", 0.2)
+    assert run.broker.flushed() == []  # queued, not taken: not sent yet
+    assert len(run.out()) == 1
+    run.final(b"W2", b"C2", 0.3)  # queued after the take
+    assert outcomes(run.broker.flushed()) == [("completed", 1)]
+    assert len(run.out()) == 1
+    assert outcomes(run.broker.flushed()) == [("completed", 2)]

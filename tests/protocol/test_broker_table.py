@@ -405,6 +405,7 @@ def check_outcome(
     cell = WORKER_TRANSITIONS[scene.state, input_]
     expected = implied(scene, input_, cell, frames)
     outbox = broker.take_outgoing()
+    events = [*events, *broker.flushed()]  # the outbox was sent: a FINAL completes (MDP-D-24)
     assert broker.worker_state(P) is expected.state
     assert outbox == expected.outbox
     if frames is not None:

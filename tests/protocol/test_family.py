@@ -18,6 +18,7 @@ from domo.protocol.events import (
     ProtocolViolation,
     RequestCompleted,
     RequestDispatched,
+    RequestDropped,
     WorkerDisconnected,
     WorkerRegistered,
 )
@@ -31,7 +32,10 @@ Out = list[tuple[bytes, tuple[bytes, ...]]]
 
 
 def out(broker: FamilyBroker) -> Out:
-    return [(peer, plain(frames)) for peer, frames in broker.take_outgoing()]
+    """What the broker sends, as a runtime's flush takes it (``flushed`` included, MDP-D-24)."""
+    sent = [(peer, plain(frames)) for peer, frames in broker.take_outgoing()]
+    broker.flushed()
+    return sent
 
 
 def worker_address(sent: tuple[bytes, ...], header_at: int) -> bytes:
@@ -106,9 +110,9 @@ def test_mdp01_req_client_served_by_mdp02_worker_with_partials_withheld() -> Non
     events = broker.receive(b"W", [W02, b"\x03", client, b"", b"half"], 0.2)
     assert [type(e) for e in events] == [PartialForwarded]
     assert out(broker) == []  # MDP01-05: a REQ socket takes one reply
-    events = broker.receive(b"W", [W02, b"\x04", client, b"", b"ONE", b"TWO"], 0.3)
-    assert [type(e) for e in events] == [RequestCompleted]
-    assert out(broker) == [(b"C", (b"", C01, b"echo", b"ONE", b"TWO"))]
+    assert broker.receive(b"W", [W02, b"\x04", client, b"", b"ONE", b"TWO"], 0.3) == []
+    assert [plain(f) for _, f in broker.take_outgoing()] == [(b"", C01, b"echo", b"ONE", b"TWO")]
+    assert [type(e) for e in broker.flushed()] == [RequestCompleted]  # sent: done (MDP-D-24)
     assert broker.keys() == 0  # REQREP-06: forgotten once done
 
 
@@ -315,3 +319,28 @@ def test_dispatch_order_is_the_core_s_across_dialects() -> None:
         events = broker.receive(b"C%d" % n, [C02, b"\x01", b"s", b"x"], 0.3 + n / 100)
         assert RequestDispatched in [type(e) for e in events]
         assert [to for to, _ in out(broker)] == [expected]
+
+
+def test_a_failed_send_behind_a_proxy_names_the_right_request() -> None:
+    """MDP-D-24, REQREP-02: two REQ clients behind one proxy; a PARTIAL to one is withheld
+    (MDP01-05), so the runtime's outbox is shorter than the core's: the failure at its second
+    message still means the second client's FINAL, and the first client's request completes."""
+    broker = FamilyBroker(CONFIG)
+    broker.receive(b"W1", [W02, b"\x01", b"echo"], 0.0)
+    broker.receive(b"W2", [W02, b"\x01", b"echo"], 0.0)
+    broker.receive(b"P", [b"c1", b"", C01, b"echo", b"1"], 0.1)
+    broker.receive(b"P", [b"c2", b"", C01, b"echo", b"2"], 0.1)
+    sent = out(broker)
+    key = {bytes(request[4]): worker_address(request, 0) for _, request in sent}
+    broker.receive(b"W2", [W02, b"\x03", key[b"2"], b"", b"half"], 0.2)  # withheld
+    broker.receive(b"W1", [W02, b"\x04", key[b"1"], b"", b"one"], 0.2)
+    broker.receive(b"W2", [W02, b"\x04", key[b"2"], b"", b"two"], 0.2)
+    outbox = broker.take_outgoing()
+    assert [plain(frames)[0] for _, frames in outbox] == [b"c1", b"c2"]
+    events = broker.peer_congested(b"P", 0.2, unsent=1)
+    dropped = [e for e in events if isinstance(e, RequestDropped)]
+    assert [(e.client, e.reason, e.rule) for e in dropped] == [
+        (key[b"2"], "client-congested", "MDP-D-15")
+    ]
+    assert [(type(e), e.client) for e in broker.flushed()] == [(RequestCompleted, key[b"1"])]
+    assert broker.keys() == 0

@@ -149,6 +149,11 @@ class FamilyMachine(RuleBasedStateMachine):
             if wire is not None:
                 expected.append((peer.routing_id, wire))
         assert [(to, tuple(bytes(f) for f in fr)) for to, fr in sent] == expected
+        # Everything was sent: the FINALs complete in both (MDP-D-24).
+        family_done: list[BrokerEvent] = [*self.family.flushed()]
+        model_done: list[BrokerEvent] = [*self.model.flushed()]
+        self._learn(family_done, model_done)
+        assert summary(family_done, self.names) == summary(model_done, {}), "flushed differ"
 
     # -- rules --------------------------------------------------------------------------------
 
@@ -215,6 +220,7 @@ class FamilyMachine(RuleBasedStateMachine):
         family_events = self.family.receive(peer.routing_id, cut, self.now)
         assert all(type(e).__name__ == "ProtocolViolation" for e in family_events)
         assert self.family.take_outgoing() == []
+        assert self.family.flushed() == []
 
     # -- invariants ---------------------------------------------------------------------------
 

@@ -256,6 +256,7 @@ def transcript(seed: int = SEED, steps: int = 400) -> str:
                 if target is not None:
                     frames = plain(relayed)
                     record(f"{peer!r}.receive {frames!r}", target.receive(frames, now))
+            record("broker.flushed", broker.flushed())  # what was taken was sent (MDP-D-24)
             if not moved:
                 return
 

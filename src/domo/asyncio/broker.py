@@ -24,6 +24,7 @@ from typing import Any
 
 import zmq
 
+from domo.curve import CurveServer, ZapHandler
 from domo.endpoints import check_endpoint
 from domo.protocol import BrokerConfig
 from domo.protocol.events import BrokerEvent
@@ -47,12 +48,14 @@ async def serve_broker(
     trace_dir: str | None = None,
     hwm: int = 10_000,
     linger: float = 0.5,
+    curve: CurveServer | None = None,
     started: asyncio.Future[list[str]] | None = None,
 ) -> None:
     """Serve MDP/0.2 on ``endpoints`` until cancelled; ``started`` gets the endpoints as bound.
 
     The other arguments are ``domo.trio.serve_broker``'s: ``trace_dir`` writes request traces
-    there (``domo.trace``, needs pyarrow; docs/traces.md).
+    there (``domo.trace``, needs pyarrow; docs/traces.md); ``curve`` requires CURVE, with a
+    ZAP handler (a thread) admitting the keys of its allow-list (docs/security.md).
     """
     if not endpoints:
         raise ValueError("serve_broker needs at least one endpoint")
@@ -75,13 +78,19 @@ async def serve_broker(
             if recorder is not None:
                 recorder.on_event(event)
 
+    zap = None
     try:
+        if curve is not None and curve.allow is not None:
+            zap = ZapHandler(ctx, curve.allow)
+            zap.start()  # before the bind: no connection may be admitted unchecked
         router = AsyncConnection(ctx, zmq.ROUTER)
         socket = router.socket
         try:
             socket.setsockopt(zmq.ROUTER_MANDATORY, 1)
             socket.setsockopt(zmq.SNDHWM, hwm)
             socket.setsockopt(zmq.RCVHWM, hwm)
+            if curve is not None:
+                curve.apply(socket)
             bound = []
             for endpoint in endpoints:
                 socket.bind(endpoint)
@@ -114,6 +123,8 @@ async def serve_broker(
             finally:
                 router.close(linger)
     finally:
+        if zap is not None:
+            zap.stop()
         if context is None:
             ctx.term()
         if recorder is not None:

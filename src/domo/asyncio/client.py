@@ -28,6 +28,7 @@ from typing import Any, Self
 
 import zmq
 
+from domo.curve import CurveClient
 from domo.protocol import ClientConfig, ClientSession, ClientState, mdp
 from domo.protocol.events import ClientEvent, PartialReceived, ReconnectRequired
 from domo.runtime import (
@@ -80,6 +81,8 @@ class _Slot:
             self.drop()
             self.client._check_open()
             self.socket = AsyncConnection(self.client._context, zmq.DEALER)
+            if self.client.curve is not None:
+                self.client.curve.apply(self.socket.socket)
             self.socket.socket.connect(self.client.endpoint)
             self.reconnect = False
             self.handle(self.session.connected(self.now()))
@@ -136,6 +139,7 @@ class Client:
     ``timeout``: seconds without a reply before a resend; ``retries``: resends before
     ``RequestTimeout``. ``context`` (any ``zmq.Context``, ``zmq.asyncio.Context`` too; for
     ``inproc://``) replaces the fresh context the client otherwise makes and terminates on exit.
+    ``curve`` (``domo.curve.CurveClient``) encrypts the connection to a CURVE broker.
     """
 
     def __init__(
@@ -146,10 +150,12 @@ class Client:
         retries: int = 3,
         concurrency: int = 1,
         context: zmq.Context[Any] | None = None,
+        curve: CurveClient | None = None,
     ) -> None:
         if concurrency < 1:
             raise ValueError(f"concurrency must be >= 1, got {concurrency}")
         self.endpoint = endpoint
+        self.curve = curve
         self.config = ClientConfig(timeout=timeout, retries=retries)
         self.concurrency = concurrency
         self._owned = context is None

@@ -31,6 +31,7 @@ from typing import Any, TypeAlias
 
 import zmq
 
+from domo.curve import CurveClient
 from domo.protocol import WorkerConfig, WorkerSession, mdp
 from domo.protocol.events import (
     ReconnectRequired,
@@ -72,6 +73,7 @@ async def run_worker(
     on_event: Callable[[WorkerEvent], None] | None = None,
     on_broker_heard: Callable[[], None] | None = None,
     linger: float = 0.5,
+    curve: CurveClient | None = None,
 ) -> None:
     """Serve ``service`` at the broker on ``endpoint`` with ``handler`` until cancelled.
 
@@ -81,6 +83,7 @@ async def run_worker(
     is there). A generator handler's ``yield Partial(body)`` is sent at once
     (``domo.runtime.handlers``). ``context`` (for ``inproc://``) replaces the fresh
     ``zmq.Context`` made (and terminated) here (a ``zmq.asyncio.Context`` will do too).
+    ``curve`` (``domo.curve.CurveClient``) encrypts the connection to a CURVE broker.
     """
     if concurrency < 1:
         raise ValueError(f"concurrency must be >= 1, got {concurrency}")
@@ -90,7 +93,13 @@ async def run_worker(
         async with asyncio.TaskGroup() as group:
             for _ in range(concurrency):
                 serving = _Serving(
-                    WorkerSession(name, config), ctx, endpoint, handler, on_event, on_broker_heard
+                    WorkerSession(name, config),
+                    ctx,
+                    endpoint,
+                    handler,
+                    on_event,
+                    on_broker_heard,
+                    curve,
                 )
                 group.create_task(serving.run(linger))
     finally:
@@ -109,6 +118,7 @@ class _Serving:
         handler: Handler,
         on_event: Callable[[WorkerEvent], None] | None,
         on_broker_heard: Callable[[], None] | None = None,
+        curve: CurveClient | None = None,
     ) -> None:
         self.session = session
         self._on_broker_heard = on_broker_heard
@@ -118,6 +128,7 @@ class _Serving:
         self._handler = handler
         self._on_event = on_event
         self._socket: AsyncConnection | None = None
+        self.curve = curve  # CURVE settings for each new socket
         self._reconnect_at: float | None = -math.inf
         self._unsent: deque[tuple[bytes, ...]] = deque()
         self._requests: asyncio.Queue[RequestReceived] = asyncio.Queue()
@@ -148,6 +159,8 @@ class _Serving:
                     await asyncio.sleep(delay)
                 self._reconnect_at = None
                 self._socket = AsyncConnection(self._context, zmq.DEALER)
+                if self.curve is not None:
+                    self.curve.apply(self._socket.socket)
                 self._socket.socket.connect(self._endpoint)
                 self._heard = False
                 self._handle(self.session.connected(self._now()))

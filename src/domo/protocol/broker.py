@@ -8,6 +8,14 @@ removed), ``tick(now)``, and the I/O layer's feedback ``peer_unreachable`` / ``p
 Outputs are the events each call returns, the outbox drained by ``take_outgoing()`` and
 ``next_deadline()``, the time by which ``tick`` should next be called.
 
+Delivery (MDP-D-24): a message taken by ``take_outgoing`` is *in flight* until the runtime has
+tried to send it. A send that fails is reported with ``peer_congested`` / ``peer_unreachable``,
+naming the index of the first message of that outbox the peer did not get; once the runtime has
+tried everything it took, it calls ``flushed()``, which returns ``RequestCompleted`` for every
+FINAL that was handed to ZeroMQ. A FINAL that was not ends its own request as dropped, so every
+accepted request ends in exactly one of ``RequestCompleted``, ``RequestExpired`` and
+``RequestDropped``, and a newer request of the same client is not blamed for it.
+
 Every input first brings the clock to ``now``: all timers due at or before ``now`` fire before the
 input itself is handled (MDP-D-03), so the result never depends on how often the I/O layer ticks.
 
@@ -29,10 +37,11 @@ peers (MDP-S-04).
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any, Final
+from typing import Any, Final, TypeAlias
 
 from . import mdp
 from .dispatch import Dispatcher, RequestRecord, RequestState, ServiceRecord, WorkerRecord
@@ -74,6 +83,19 @@ __all__ = [
 
 MMI_PREFIX: Final = b"mmi."
 MMI_SERVICE: Final = b"mmi.service"
+
+# The rule that decides each way a request can be dropped (RequestDropped.rule).
+_DROP_RULES: Final[dict[DropReason, str]] = {
+    "redispatch-limit": "MDP-D-08",
+    "lost-after-partial": "MDP-D-09",
+    "client-unreachable": "MDP-D-15",
+    "client-congested": "MDP-D-15",
+    "broker-shutdown": "MDP-W-14",
+}
+
+# What a client reply other than a FINAL carries, for the report of its delivery: a PARTIAL (its
+# request) or an mmi.* reply.
+_Cargo: TypeAlias = RequestRecord | MmiReplied
 
 
 # --- configuration ----------------------------------------------------------------------------
@@ -355,6 +377,15 @@ class Broker:
         self._clients: dict[bytes, RequestRecord] = {}  # peer -> its outstanding request
         self._timers: DeadlineHeap[tuple[int, Any]] = DeadlineHeap()
         self._outbox: list[tuple[bytes, Relayed]] = []
+        # Client replies not yet confirmed by ``flushed`` (MDP-D-24), by *sequence number*: the
+        # messages ever taken are numbered from 0 in order (``_taken`` so far; the outbox last
+        # taken starts at ``_base``). FINALs as the RequestCompleted each will be, with their
+        # numbers beside them; PARTIALs and mmi.* replies as (number, client, what it carries).
+        self._taken = 0
+        self._base = 0
+        self._finals: list[RequestCompleted] = []
+        self._final_seq: list[int] = []
+        self._cargo: list[tuple[int, bytes, _Cargo]] = []
         self._now = float("-inf")
         self._last_request_id = 0
         self._unarmed: list[RequestRecord] = []  # queued by this call, expiry timer not armed
@@ -398,19 +429,60 @@ class Broker:
     def take_outgoing(self) -> list[tuple[bytes, Relayed]]:
         """Drain the outbox: ``(peer, frames)`` pairs to send on the ROUTER, in order.
 
-        Body frames are the very objects ``receive`` was given (MDP-S-03).
+        Body frames are the very objects ``receive`` was given (MDP-S-03). Taking an outbox
+        says that the one taken before was tried in full (MDP-D-24): send it in order, report
+        each peer that could not take a message with ``peer_congested`` or
+        ``peer_unreachable`` (``unsent``: that message's index in this list) before taking the
+        next one, and call ``flushed`` when done.
         """
         outbox = self._outbox
         self._outbox = []
+        # Numbers matter only while a reply awaits its flush: an outbox taken with none pending
+        # is not counted (the numbers stay consistent among the replies that are).
+        if self._finals or self._cargo:
+            self._base = taken = self._taken
+            self._taken = taken + len(outbox)
         return outbox
 
-    def peer_unreachable(self, peer: bytes, now: float) -> list[BrokerEvent]:
-        """The I/O layer could not route a message to ``peer``: it is gone (MDP-D-15)."""
-        return self._peer_failed(peer, now, WorkerInput.UNREACHABLE, "client-unreachable")
+    def flushed(self) -> list[RequestCompleted]:
+        """The runtime tried every message it took: ``RequestCompleted`` for the FINALs sent.
 
-    def peer_congested(self, peer: bytes, now: float) -> list[BrokerEvent]:
-        """``peer``'s pipe is full and a message to it was not sent (MDP-D-15)."""
-        return self._peer_failed(peer, now, WorkerInput.CONGESTED, "client-congested")
+        A FINAL counts as delivered once it was handed to ZeroMQ without a failure reported
+        for it (MDP-D-24); call this after each flush, or no request is ever reported completed.
+        """
+        finals = self._finals
+        if self._cargo:
+            self._cargo = [entry for entry in self._cargo if entry[0] >= self._taken]
+        if not finals:
+            return []
+        if self._final_seq[-1] < self._taken:  # all of them were taken: the usual case
+            self._finals = []
+            self._final_seq = []
+            return finals
+        sent = bisect_left(self._final_seq, self._taken)  # the numbers ascend
+        self._finals = finals[sent:]
+        self._final_seq = self._final_seq[sent:]
+        return finals[:sent]
+
+    def peer_unreachable(
+        self, peer: bytes, now: float, *, unsent: int | None = None
+    ) -> list[BrokerEvent]:
+        """The I/O layer could not route a message to ``peer``: it is gone (MDP-D-15).
+
+        ``unsent`` is the index, in the outbox last taken, of the message that failed: it and
+        every later message to ``peer`` in that outbox were not sent; ``None`` if unknown (then
+        nothing of that outbox to ``peer`` counts as sent). See ``take_outgoing``.
+        """
+        return self._peer_failed(peer, now, WorkerInput.UNREACHABLE, "client-unreachable", unsent)
+
+    def peer_congested(
+        self, peer: bytes, now: float, *, unsent: int | None = None
+    ) -> list[BrokerEvent]:
+        """``peer``'s pipe is full and a message to it was not sent (MDP-D-15).
+
+        ``unsent`` as for ``peer_unreachable``.
+        """
+        return self._peer_failed(peer, now, WorkerInput.CONGESTED, "client-congested", unsent)
 
     def shutdown(self, now: float) -> list[BrokerEvent]:
         """Give up every request and send DISCONNECT to every registered worker (MDP-W-14).
@@ -446,8 +518,14 @@ class Broker:
         return PeerState.SILENCED if peer in self._silenced else PeerState.UNKNOWN
 
     def holds(self, peer: bytes) -> bool:
-        """Whether ``peer`` has an outstanding request here."""
-        return peer in self._clients
+        """Whether ``peer`` has an outstanding request here, or a reply in flight (MDP-D-24)."""
+        if peer in self._clients:
+            return True
+        if not self._finals and not self._cargo:
+            return False
+        return any(f.client == peer for f in self._finals) or any(
+            client == peer for _, client, _ in self._cargo
+        )
 
     def workers(self) -> dict[bytes, WorkerView]:
         """Every registered worker, in order of registration."""
@@ -762,6 +840,7 @@ class Broker:
             return
         request.partials += 1
         self._send_client(request.client, mdp.client_partial_frames(request.service, body))
+        self._cargo.append((self._taken + len(self._outbox) - 1, request.client, request))
         events.append(
             PartialForwarded(
                 request.request_id,
@@ -782,21 +861,23 @@ class Broker:
         else:
             del self._clients[request.client]
             self._send_client(request.client, mdp.client_final_frames(request.service, body))
-            events.append(
-                RequestCompleted(
-                    request.request_id,
-                    request.client,
-                    request.service,
-                    worker.peer,
-                    request.partials,
-                    sum(map(len, body)),
-                    now - request.received_at,
-                    now,
-                )
+            # Completed once the runtime has sent it (flushed), dropped if it could not.
+            completed = RequestCompleted(
+                request.request_id,
+                request.client,
+                request.service,
+                worker.peer,
+                request.partials,
+                sum(map(len, body)),
+                now - request.received_at,
+                now,
             )
+            self._finals.append(completed)
+            self._final_seq.append(self._taken + len(self._outbox) - 1)
         record = self._dispatcher.service(worker.service)
         assert record is not None
-        self._dispatch(record, now, events)
+        if record.queue:  # the worker is idle again: a waiting request goes to it
+            self._dispatch(record, now, events)
 
     # -- the client side -----------------------------------------------------------------------
 
@@ -838,15 +919,23 @@ class Broker:
         else:
             status = b"501"
         self._send_client(peer, mdp.client_final_frames(service, (status,)))
-        events.append(MmiReplied(peer, service, query, status, now))
+        replied = MmiReplied(peer, service, query, status, now)
+        self._cargo.append((self._taken + len(self._outbox) - 1, peer, replied))
+        events.append(replied)
 
     def _peer_failed(
-        self, peer: bytes, now: float, input_: WorkerInput, drop: DropReason
+        self, peer: bytes, now: float, input_: WorkerInput, drop: DropReason, unsent: int | None
     ) -> list[BrokerEvent]:
         events = self._advance(now)
         self._worker_input(peer, input_, now, events)
+        # Its outstanding request is dropped if a message of its own was not sent, or if the
+        # runtime did not say which message failed; a reply to an older request that was not
+        # sent ends that request, not this one (MDP-D-24).
+        own_lost = unsent is None
+        if self._finals or self._cargo:
+            own_lost = self._undelivered(peer, unsent, drop, now, events) or own_lost
         request = self._clients.get(peer)
-        if request is not None:
+        if request is not None and own_lost:
             if request.state is RequestState.QUEUED:
                 self._dispatcher.unqueue(request)
                 self._end_request(request, drop, None, now, events)
@@ -856,6 +945,61 @@ class Broker:
                 peer_of_worker = None if request.worker is None else request.worker.peer
                 self._end_request(request, drop, peer_of_worker, now, events)
         return events
+
+    def _undelivered(
+        self,
+        peer: bytes,
+        unsent: int | None,
+        drop: DropReason,
+        now: float,
+        events: list[BrokerEvent],
+    ) -> bool:
+        """End what the replies to ``peer`` that were not sent carried (MDP-D-24).
+
+        Not sent: message ``unsent`` of the outbox last taken and the later ones to ``peer`` in
+        it; every reply to ``peer`` taken and not yet confirmed if ``unsent`` is None. Returns
+        whether one of them was a PARTIAL of the peer's outstanding request.
+        """
+        first = 0 if unsent is None else self._base + unsent
+        taken = self._taken
+
+        def lost(seq: int, client: bytes) -> bool:
+            return client == peer and first <= seq < taken
+
+        if any(lost(seq, f.client) for seq, f in zip(self._final_seq, self._finals, strict=True)):
+            finals: list[RequestCompleted] = []
+            final_seq: list[int] = []
+            for seq, final in zip(self._final_seq, self._finals, strict=True):
+                if not lost(seq, final.client):
+                    finals.append(final)
+                    final_seq.append(seq)
+                    continue
+                events.append(
+                    RequestDropped(
+                        final.request_id,
+                        final.client,
+                        final.service,
+                        drop,
+                        final.worker,
+                        "MDP-D-15",
+                        now,
+                    )
+                )
+            self._finals, self._final_seq = finals, final_seq
+        outstanding = self._clients.get(peer, None)
+        own_lost = False
+        kept: list[tuple[int, bytes, _Cargo]] = []
+        for entry in self._cargo:
+            seq, client, cargo = entry
+            if not lost(seq, client):
+                kept.append(entry)
+            elif isinstance(cargo, RequestRecord):
+                own_lost = own_lost or cargo is outstanding
+            else:
+                reason = f"{cargo.service.decode('ascii', 'replace')} reply not sent: {drop}"
+                events.append(MessageDropped(peer, reason, now))
+        self._cargo = kept
+        return own_lost
 
     # -- requests ------------------------------------------------------------------------------
 
@@ -878,7 +1022,15 @@ class Broker:
             request.state = RequestState.DONE
         del self._clients[request.client]
         events.append(
-            RequestDropped(request.request_id, request.client, request.service, reason, worker, now)
+            RequestDropped(
+                request.request_id,
+                request.client,
+                request.service,
+                reason,
+                worker,
+                _DROP_RULES[reason],
+                now,
+            )
         )
 
     def _dispatch(self, record: ServiceRecord, now: float, events: list[BrokerEvent]) -> None:

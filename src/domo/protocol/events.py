@@ -191,7 +191,11 @@ class PartialForwarded:
 
 @event
 class RequestCompleted:
-    """The FINAL of a request was forwarded to its client; the request is done."""
+    """The FINAL of a request was handed to ZeroMQ for its client; the request is done.
+
+    The broker emits it from ``flushed()``, once the I/O layer has sent the FINAL (MDP-D-24);
+    ``at`` and ``elapsed`` are those of the moment the worker's FINAL was forwarded.
+    """
 
     request_id: int
     client: bytes
@@ -216,13 +220,19 @@ class RequestExpired:
 
 @event
 class RequestDropped:
-    """A request was given up for ``reason``; its client gets no reply from this broker."""
+    """A request was given up for ``reason``; its client gets no (further) reply from this broker.
+
+    ``rule`` is the id of the rule in ``specs/mdp-0.2.md`` that decided it (``MDP-D-08``,
+    ``MDP-D-09``, ``MDP-D-15``, ``MDP-W-14``). A request whose FINAL the I/O layer could not
+    send is dropped too (``client-congested`` or ``client-unreachable``, MDP-D-24).
+    """
 
     request_id: int
     client: bytes
     service: bytes
     reason: DropReason
     worker: bytes | None
+    rule: str
     at: float
 
 

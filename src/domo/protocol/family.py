@@ -15,8 +15,9 @@ sans-IO contract (``receive``, ``tick``, ``take_outgoing``, ``next_deadline``, `
 - What the core sends to a key goes out in that peer's dialect, to its routing id, behind its
   envelope; the I/O layer's word that a routing id is unreachable or congested reaches every key
   behind it.
-- A key is forgotten once the core holds nothing of it (no request, not a worker, not silenced),
-  so a stream of short-lived REQ clients behind a proxy does not grow the broker.
+- A key is forgotten once the core holds nothing of it (no request, not a worker, not silenced)
+  and the flush that carried its last reply is done (``flushed``, MDP-D-24), so a stream of
+  short-lived REQ clients behind a proxy does not grow the broker.
 
 Cross-dialect routing is the core's: a worker of any dialect serves the clients of every dialect,
 and MMI answers every client (``specs/mdp-0.1.md``, ``specs/majortomo.md``, ``specs/reqrep.md``).
@@ -72,6 +73,7 @@ class FamilyBroker:
         self._routes: dict[bytes, PeerRoute] = {}  # peer key -> route
         self._keys_of: dict[bytes, dict[bytes, None]] = {}  # routing id -> its peer keys
         self._maybe_done: dict[bytes, None] = {}  # keys to forget once their messages are out
+        self._withheld: list[int] = []  # core outbox indexes of the last outbox not sent at all
 
     # -- the sans-IO contract, as Broker's ------------------------------------------------------
 
@@ -106,27 +108,52 @@ class FamilyBroker:
     def take_outgoing(self) -> list[tuple[bytes, Relayed]]:
         """The core's outbox, each message to a routing id in its peer's dialect."""
         outbox = self.core.take_outgoing()
+        if self._withheld:
+            self._withheld = []
         if self._routes:
             outbox = self._translate(outbox)
-        if self._maybe_done:
-            self._forget_idle_keys()
         return outbox
 
-    def peer_unreachable(self, peer: bytes, now: float) -> list[BrokerEvent]:
+    def flushed(self) -> list[RequestCompleted]:
+        """As ``Broker.flushed``: the FINALs the runtime sent are completed (MDP-D-24)."""
+        events = self.core.flushed()
+        if self._routes:
+            self._note(events)
+        # Only after the flush: a send that failed was reported to the keys behind its routing id.
+        if self._maybe_done:
+            self._forget_idle_keys()
+        return events
+
+    def peer_unreachable(
+        self, peer: bytes, now: float, *, unsent: int | None = None
+    ) -> list[BrokerEvent]:
         """Routing id ``peer`` is gone: so is every peer behind it (REQREP-02)."""
-        events = self.core.peer_unreachable(peer, now)
+        at = self._core_index(unsent)
+        events = self.core.peer_unreachable(peer, now, unsent=at)
         for key in list(self._keys_of.get(peer, ())):
-            events += self.core.peer_unreachable(key, now)
+            events += self.core.peer_unreachable(key, now, unsent=at)
         self._note(events)
         return events
 
-    def peer_congested(self, peer: bytes, now: float) -> list[BrokerEvent]:
+    def peer_congested(
+        self, peer: bytes, now: float, *, unsent: int | None = None
+    ) -> list[BrokerEvent]:
         """Routing id ``peer``'s pipe is full: every peer behind it is congested."""
-        events = self.core.peer_congested(peer, now)
+        at = self._core_index(unsent)
+        events = self.core.peer_congested(peer, now, unsent=at)
         for key in list(self._keys_of.get(peer, ())):
-            events += self.core.peer_congested(key, now)
+            events += self.core.peer_congested(key, now, unsent=at)
         self._note(events)
         return events
+
+    def _core_index(self, index: int | None) -> int | None:
+        """The core's index of message ``index`` of the outbox last taken (some are withheld)."""
+        if index is None:
+            return None
+        for withheld in self._withheld:  # ascending
+            if withheld <= index:
+                index += 1
+        return index
 
     def shutdown(self, now: float) -> list[BrokerEvent]:
         return self.core.shutdown(now)
@@ -153,7 +180,7 @@ class FamilyBroker:
     def _translate(self, outbox: list[tuple[bytes, Relayed]]) -> list[tuple[bytes, Relayed]]:
         routes = self._routes
         out: list[tuple[bytes, Relayed]] = []
-        for key, frames in outbox:
+        for index, (key, frames) in enumerate(outbox):
             route = routes.get(key)
             if route is None:
                 out.append((key, frames))
@@ -161,9 +188,11 @@ class FamilyBroker:
             encoded = encode(route.dialect, route.envelope, frames)
             if encoded is not None:
                 out.append((route.routing_id, encoded))
+            else:
+                self._withheld.append(index)
         return out
 
-    def _note(self, events: list[BrokerEvent]) -> None:
+    def _note(self, events: Sequence[BrokerEvent]) -> None:
         """Remember the keys whose request or worker just ended: maybe the core forgot them."""
         if not self._routes:
             return

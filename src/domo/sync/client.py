@@ -39,6 +39,7 @@ from typing import Any, Final, Self
 
 import zmq
 
+from domo.curve import CurveClient
 from domo.protocol import ClientConfig, ClientSession, ClientState, mdp
 from domo.protocol.events import ClientEvent, PartialReceived, ReconnectRequired
 from domo.runtime import (
@@ -93,6 +94,8 @@ class _Slot:
             self.drop()
             self.client._check_open()
             self.socket = self.client._context.socket(zmq.DEALER)
+            if self.client.curve is not None:
+                self.client.curve.apply(self.socket)
             self.socket.connect(self.client.endpoint)
             self.reconnect = False
             self.handle(self.session.connected(self.now()))
@@ -159,7 +162,7 @@ class Client:
     ``timeout``: seconds without a reply before a resend; ``retries``: resends before
     ``RequestTimeout``. ``context`` (for ``inproc://``) replaces the fresh ZeroMQ context the
     client otherwise makes and terminates on ``close``. Use it as a context manager, or call
-    ``close``.
+    ``close``. ``curve`` (``domo.curve.CurveClient``) encrypts the connection to a CURVE broker.
     """
 
     def __init__(
@@ -170,10 +173,12 @@ class Client:
         retries: int = 3,
         concurrency: int = 1,
         context: zmq.Context[zmq.Socket[bytes]] | None = None,
+        curve: CurveClient | None = None,
     ) -> None:
         if concurrency < 1:
             raise ValueError(f"concurrency must be >= 1, got {concurrency}")
         self.endpoint = endpoint
+        self.curve = curve
         self.config = ClientConfig(timeout=timeout, retries=retries)
         self.concurrency = concurrency
         self._owned = context is None

@@ -37,6 +37,7 @@ from typing import Any, Final, TypeAlias
 
 import zmq
 
+from domo.curve import CurveClient
 from domo.protocol import WorkerConfig, WorkerSession, mdp
 from domo.protocol.events import ReconnectRequired, RequestReceived, WorkerEvent
 from domo.runtime import (
@@ -77,6 +78,7 @@ def run_worker(
     on_event: Callable[[WorkerEvent], None] | None = None,
     on_broker_heard: Callable[[], None] | None = None,
     linger: float = 0.5,
+    curve: CurveClient | None = None,
     stop: threading.Event | None = None,
 ) -> None:
     """Serve ``service`` at the broker on ``endpoint`` with ``handler`` until ``stop`` is set.
@@ -85,7 +87,8 @@ def run_worker(
     (for ``inproc://``) replaces the fresh ZeroMQ context made (and terminated) here.
     ``on_event`` sees every event of every session; ``on_broker_heard`` is called when a session
     first hears from the broker on a new socket. A generator handler's ``yield Partial(body)`` is
-    sent at once (``domo.runtime.handlers``).
+    sent at once (``domo.runtime.handlers``). ``curve`` (``domo.curve.CurveClient``) encrypts
+    the connection to a CURVE broker.
     """
     if concurrency < 1:
         raise ValueError(f"concurrency must be >= 1, got {concurrency}")
@@ -103,6 +106,7 @@ def run_worker(
                 linger,
                 stop,
                 on_broker_heard,
+                curve,
             )
             for _ in range(concurrency)
         ]
@@ -138,6 +142,7 @@ class _Serving:
         linger: float,
         stop: threading.Event,
         on_broker_heard: Callable[[], None] | None = None,
+        curve: CurveClient | None = None,
     ) -> None:
         self.session = session
         self._on_broker_heard = on_broker_heard
@@ -148,6 +153,7 @@ class _Serving:
         self._on_event = on_event
         self._linger = linger
         self._stop = stop
+        self._curve = curve
         self._lock = threading.Lock()  # whoever holds it may use the socket and the session
         self._socket: zmq.Socket[bytes] | None = None
         self._reconnect_at: float | None = -math.inf  # None: keep this socket
@@ -192,6 +198,8 @@ class _Serving:
             return False
         self._reconnect_at = None
         socket = self._socket = self._context.socket(zmq.DEALER)
+        if self._curve is not None:
+            self._curve.apply(socket)
         socket.connect(self._endpoint)
         self._heard = False
         self._handle(self.session.connected(self._now()))

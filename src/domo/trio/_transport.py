@@ -27,6 +27,7 @@ import trio
 import zmq
 import zmq.backend
 
+from domo.curve import CurveClient, CurveServer
 from domo.endpoints import check_endpoint
 from domo.protocol.mdp import BodyFrame
 from domo.runtime.pumping import EAGAIN, EHOSTUNREACH, SENT
@@ -187,14 +188,22 @@ class ZmqTransport:
     """Connections over ZeroMQ; creates (and later terminates) a context unless given one.
 
     ``inproc://`` endpoints only reach sockets of the same context: give every party the same
-    ``context`` to use them.
+    ``context`` to use them. ``curve``: a ``CurveServer`` makes every socket ``bind`` makes a
+    CURVE server, a ``CurveClient`` every socket ``connect`` makes a CURVE client
+    (``domo.curve``; the ZAP handler that checks client keys is the broker's to run).
     """
 
     term_timeout: float = 5.0  # seconds ``aclose`` waits for the context to terminate
 
-    def __init__(self, context: zmq.Context[zmq.Socket[bytes]] | None = None) -> None:
+    def __init__(
+        self,
+        context: zmq.Context[zmq.Socket[bytes]] | None = None,
+        *,
+        curve: CurveServer | CurveClient | None = None,
+    ) -> None:
         self._owned = context is None
         self.context: zmq.Context[zmq.Socket[bytes]] = zmq.Context() if context is None else context
+        self.curve = curve
 
     def bind(self, endpoints: Sequence[str], hwm: int) -> tuple[Connection[BodyFrame], list[str]]:
         for endpoint in endpoints:
@@ -205,6 +214,10 @@ class ZmqTransport:
             socket.setsockopt(zmq.ROUTER_MANDATORY, 1)
             socket.setsockopt(zmq.SNDHWM, hwm)
             socket.setsockopt(zmq.RCVHWM, hwm)
+            if isinstance(self.curve, CurveServer):
+                self.curve.apply(socket)
+            elif self.curve is not None:
+                raise ValueError("a broker's socket needs a CurveServer, not a CurveClient")
             bound = []
             for endpoint in endpoints:
                 socket.bind(endpoint)
@@ -218,6 +231,10 @@ class ZmqTransport:
         check_endpoint(endpoint, bind=False)  # an out-of-range port would wait for ever
         socket = self.context.socket(zmq.DEALER)
         try:
+            if isinstance(self.curve, CurveClient):
+                self.curve.apply(socket)
+            elif self.curve is not None:
+                raise ValueError("a client's or worker's socket needs a CurveClient")
             socket.connect(endpoint)
         except BaseException:
             socket.close(linger=0)

@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterable
 import trio
 import zmq
 
+from domo.curve import CurveServer, ZapHandler
 from domo.protocol import BrokerConfig
 from domo.protocol.events import BrokerEvent
 from domo.protocol.family import FamilyBroker
@@ -46,6 +47,7 @@ async def serve_broker(
     trace_dir: str | None = None,
     hwm: int = 10_000,
     linger: float = 0.5,
+    curve: CurveServer | None = None,
     task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve MDP/0.2 on ``endpoints`` (any mix of tcp://, ipc://, inproc://) until cancelled.
@@ -56,6 +58,9 @@ async def serve_broker(
     not read is reported to the core when its pipe is full (MDP-D-15). ``context`` (for
     ``inproc://``) or ``transport`` (for ``domo.trio.testing``) replace the default fresh context.
     ``trace_dir``: write request traces there (``domo.trace``, needs pyarrow; docs/traces.md).
+    ``curve`` (``domo.curve.CurveServer``): CURVE on every endpoint, with the broker's key pair;
+    if it has an allow-list, a ZAP handler in the broker's context admits only those client and
+    worker keys (``AllowList.reload`` re-reads it; docs/security.md).
     """
     if not endpoints:
         raise ValueError("serve_broker needs at least one endpoint")
@@ -65,7 +70,10 @@ async def serve_broker(
         from domo.trace import TraceRecorder  # pyarrow is an extra; import only when tracing
 
         recorder = TraceRecorder(trace_dir, wall_anchor=time.time() - trio.current_time())
-    net = transport if transport is not None else ZmqTransport(context)
+    if curve is not None and transport is not None:
+        raise ValueError("curve applies to the default ZeroMQ transport, not to a given one")
+    net = transport if transport is not None else ZmqTransport(context, curve=curve)
+    zap = None
 
     def emit(events: Iterable[BrokerEvent]) -> None:
         for event in events:
@@ -76,6 +84,10 @@ async def serve_broker(
                 recorder.on_event(event)
 
     try:
+        if curve is not None and curve.allow is not None:
+            assert isinstance(net, ZmqTransport)
+            zap = ZapHandler(net.context, curve.allow)
+            zap.start()  # before the bind: no connection may be admitted unchecked
         conn, bound = net.bind(endpoints, hwm)
         try:
             logger.info("broker bound to %s", ", ".join(bound))
@@ -89,6 +101,8 @@ async def serve_broker(
             finally:
                 conn.close(linger)  # even if an on_event hook raised
     finally:
+        if zap is not None:
+            zap.stop()  # its socket closes before the context is terminated
         await net.aclose()
         if recorder is not None:
             recorder.close()

@@ -47,6 +47,7 @@ from typing import Self
 import trio
 import zmq
 
+from domo.curve import CurveClient
 from domo.protocol import ClientConfig, ClientSession, ClientState, mdp
 from domo.protocol.events import (
     ClientEvent,
@@ -243,7 +244,9 @@ class Client:
 
     ``timeout``: seconds without a reply before a resend; ``retries``: resends before
     ``RequestTimeout``. ``context`` (for ``inproc://``) or ``transport`` (for
-    ``domo.trio.testing``) replace the default fresh ZeroMQ context.
+    ``domo.trio.testing``) replace the default fresh ZeroMQ context. ``curve``
+    (``domo.curve.CurveClient``: the broker's public key and this client's key pair) encrypts
+    the connection to a broker that requires CURVE (docs/security.md).
     """
 
     def __init__(
@@ -255,6 +258,7 @@ class Client:
         concurrency: int = 1,
         context: zmq.Context[zmq.Socket[bytes]] | None = None,
         transport: Transport | None = None,
+        curve: CurveClient | None = None,
     ) -> None:
         if concurrency < 1:
             raise ValueError(f"concurrency must be >= 1, got {concurrency}")
@@ -262,6 +266,7 @@ class Client:
         self.config = ClientConfig(timeout=timeout, retries=retries)
         self.concurrency = concurrency
         self._context = context
+        self._curve = curve
         self.transport = transport  # a ZmqTransport is made on entry, so its context is closed
         self._idle_send, self._idle = trio.open_memory_channel[_Slot](concurrency)
         self._slots: list[_Slot] = []
@@ -274,7 +279,7 @@ class Client:
         if self._entered:
             raise DomoError("a Client is entered once")
         if self.transport is None:
-            self.transport = ZmqTransport(self._context)
+            self.transport = ZmqTransport(self._context, curve=self._curve)
         self._entered = True
         for _ in range(self.concurrency):
             slot = _Slot(self, self.transport)
@@ -409,11 +414,12 @@ def call(
     *frames: bytes,
     timeout: float = 2.5,
     retries: int = 3,
+    curve: CurveClient | None = None,
 ) -> list[bytes]:
     """One request from synchronous code: runs Trio, returns the FINAL body or raises."""
 
     async def one_request() -> list[bytes]:
-        async with Client(endpoint, timeout=timeout, retries=retries) as client:
+        async with Client(endpoint, timeout=timeout, retries=retries, curve=curve) as client:
             return await client.request(service, *frames)
 
     return trio.run(one_request)

@@ -46,6 +46,7 @@ from typing import Any, Protocol, TypeVar, cast
 import trio
 import zmq
 
+from domo.curve import CurveClient
 from domo.protocol import WorkerConfig, WorkerSession, mdp
 from domo.protocol.events import RequestAbandoned, RequestReceived, WorkerEvent
 from domo.runtime.handlers import Body, HandlerError, Partial
@@ -90,6 +91,7 @@ async def run_worker(
     on_event: Callable[[WorkerEvent], None] | None = None,
     on_broker_heard: Callable[[], None] | None = None,
     linger: float = 0.5,
+    curve: CurveClient | None = None,
     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve ``service`` at the broker on ``endpoint`` with ``handler`` until cancelled.
@@ -111,12 +113,13 @@ async def run_worker(
     the broker for the first time on a new socket (its first HEARTBEAT or request): until then
     nothing shows the broker is there, since READY gets no answer. ``context`` (for
     ``inproc://``) or ``transport`` (for ``domo.trio.testing``) replace the default fresh ZeroMQ
-    context.
+    context. ``curve`` (``domo.curve.CurveClient``: the broker's public key and this worker's
+    key pair) encrypts the connection to a broker that requires CURVE (docs/security.md).
     """
     if concurrency < 1:
         raise ValueError(f"concurrency must be >= 1, got {concurrency}")
     name = service.encode("ascii") if isinstance(service, str) else service
-    net = transport if transport is not None else ZmqTransport(context)
+    net = transport if transport is not None else ZmqTransport(context, curve=curve)
     try:
         async with trio.open_nursery() as nursery:
             for _ in range(concurrency):
