@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from .broker import Broker, BrokerConfig, PeerState, WorkerView
-from .dialects import MDPC02, MDPW02, Dialect, decode, detect, encode
+from .dialects import CODECS, MDPC02, MDPW02, Dialect, DialectCodec, detect, encode_with
 from .events import (
     BrokerEvent,
     MmiReplied,
@@ -55,12 +55,13 @@ def peer_key(routing_id: bytes, envelope: Sequence[bytes], dialect: Dialect) -> 
 class PeerRoute:
     """Where and how to send what the core sends to one peer key."""
 
-    __slots__ = ("dialect", "envelope", "routing_id")
+    __slots__ = ("codec", "dialect", "envelope", "routing_id")
 
     def __init__(self, routing_id: bytes, envelope: Relayed, dialect: Dialect) -> None:
         self.routing_id = routing_id
         self.envelope = envelope
         self.dialect = dialect
+        self.codec: DialectCodec = CODECS[dialect]  # the registry's record, looked up once
 
 
 class FamilyBroker:
@@ -87,11 +88,12 @@ class FamilyBroker:
         dialect, hops = found
         envelope = tuple(bytes(frame) for frame in frames[:hops])
         key = peer_key(peer, envelope, dialect)
-        if key not in self._routes:
-            self._routes[key] = PeerRoute(peer, envelope, dialect)
+        route = self._routes.get(key)
+        if route is None:
+            route = self._routes[key] = PeerRoute(peer, envelope, dialect)
             self._keys_of.setdefault(peer, {})[key] = None
             self._maybe_done[key] = None  # a first message that was refused leaves nothing
-        events = self.core.receive(key, decode(dialect, frames[hops + 1 :]), now)
+        events = self.core.receive(key, route.codec.decode(frames[hops + 1 :]), now)
         self._note(events)
         return events
 
@@ -158,7 +160,7 @@ class FamilyBroker:
             if route is None:
                 out.append((key, frames))
                 continue
-            encoded = encode(route.dialect, route.envelope, frames)
+            encoded = encode_with(route.codec, route.envelope, frames)
             if encoded is not None:
                 out.append((route.routing_id, encoded))
         return out

@@ -1,0 +1,88 @@
+"""The dialects a domo broker speaks, as one registry, and detection over it.
+
+``CODECS`` maps each ``Dialect`` to its ``DialectCodec``. ``detect`` asks the codecs, in
+``DETECTION_ORDER``, which one claims a message; ``decode`` and ``encode`` apply a dialect's
+codec, and ``encode`` withholds PARTIALs from a client whose dialect has none (its
+``Capabilities.partial_replies``). A new dialect is a module with its ``DialectCodec`` and one
+entry here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from types import MappingProxyType
+
+from ..mdp import BodyFrame, Relayed
+from .base import MDPC02, Dialect, DialectCodec, Role
+from .envelope import delimiter_at
+from .majortomo import MAJORTOMO
+from .mdp01 import MDP01
+from .mdp02 import MDP02, MDP02_REQ
+
+__all__ = ["CODECS", "DETECTION_ORDER", "codec_for", "decode", "detect", "encode"]
+
+CODECS: Mapping[Dialect, DialectCodec] = MappingProxyType(
+    {codec.dialect: codec for codec in (MDP02, MDP02_REQ, MDP01, MAJORTOMO)}
+)
+
+# MDP/0.2 is told by its first frame, before anything else (its messages have no delimiter).
+# Then the first codec that claims the frames after the envelope's delimiter wins, so the
+# narrower claim comes first: majortomo's client (``MDPC02``, 0x02, no hops) before an RFC 18
+# client behind REQ (``MDPC02``, anything).
+_UNDELIMITED: tuple[DialectCodec, ...] = (MDP02,)
+_DELIMITED: tuple[DialectCodec, ...] = (MDP01, MAJORTOMO, MDP02_REQ)
+DETECTION_ORDER: tuple[DialectCodec, ...] = _UNDELIMITED + _DELIMITED
+
+_C_PARTIAL = b"\x02"  # the core's PARTIAL to a client (MDP-R-01)
+
+
+def codec_for(dialect: Dialect) -> DialectCodec:
+    """The codec of ``dialect``."""
+    return CODECS[dialect]
+
+
+def _command(frames: Sequence[BodyFrame], at: int) -> BodyFrame:
+    return frames[at] if len(frames) > at else b""
+
+
+def detect(frames: Sequence[BodyFrame]) -> tuple[Dialect, int] | None:
+    """The dialect of ``frames`` and the length of its envelope, or None (not a family message).
+
+    MDP/0.2's own messages are told first, by their first frame (MDP02). Otherwise the message
+    must have an empty delimiter within ``MAX_HOPS`` frames, with a protocol header after it
+    that a codec claims; a worker is never behind hops, nor a client whose dialect has none.
+    """
+    if not frames:
+        return None
+    for codec in _UNDELIMITED:
+        if codec.claims(frames[0], _command(frames, 1)) is not None:
+            return codec.dialect, 0
+    at = delimiter_at(frames)
+    if at is None:
+        return None
+    header, command = frames[at + 1], _command(frames, at + 2)
+    for codec in _DELIMITED:
+        role = codec.claims(header, command)
+        if role is None:
+            continue
+        if at and (role is Role.WORKER or not codec.capabilities.client_hops):
+            continue  # MDP01-02, MAJ-01: workers are never behind hops
+        return codec.dialect, at
+    return None
+
+
+def decode(dialect: Dialect, message: Sequence[BodyFrame]) -> list[BodyFrame]:
+    """``message`` (the frames after the envelope's delimiter) as MDP/0.2 frames."""
+    return CODECS[dialect].decode(message)
+
+
+def encode_with(codec: DialectCodec, envelope: Relayed, frames: Relayed) -> Relayed | None:
+    """``frames`` (MDP/0.2, from the core) in ``codec``'s framing, or None to send nothing."""
+    if frames[1] == _C_PARTIAL and frames[0] == MDPC02 and not codec.capabilities.partial_replies:
+        return None  # MDP01-05, REQREP-05: a REQ socket takes one reply, the FINAL
+    return codec.encode(envelope, frames)
+
+
+def encode(dialect: Dialect, envelope: Relayed, frames: Relayed) -> Relayed | None:
+    """``frames`` (MDP/0.2, from the core) in ``dialect``'s framing, or None to send nothing."""
+    return encode_with(CODECS[dialect], envelope, frames)
