@@ -31,7 +31,9 @@ Out = list[tuple[bytes, tuple[bytes, ...]]]
 
 
 def out(broker: FamilyBroker) -> Out:
-    return [(peer, plain(frames)) for peer, frames in broker.take_outgoing()]
+    sent = broker.take_outgoing()
+    assert all(connection == 0 for connection, _, _ in sent)  # one socket: connection 0
+    return [(peer, plain(frames)) for _, peer, frames in sent]
 
 
 def worker_address(sent: tuple[bytes, ...], header_at: int) -> bytes:
@@ -283,8 +285,8 @@ def test_mdp02_peers_pass_untouched_and_keys_are_deterministic() -> None:
     assert events == [WorkerRegistered(b"W", b"echo", 0.0)]
     body = memoryview(b"z" * 70000)
     broker.receive(b"C", [C02, b"\x01", b"echo", body], 0.1)
-    [(to, request)] = broker.take_outgoing()
-    assert to == b"W"
+    [(connection, to, request)] = broker.take_outgoing()
+    assert (connection, to) == (0, b"W")
     assert request[4] is body  # MDP-S-03: the very object, no copy
     assert broker.keys() == 0
     assert peer_key(b"a", (b"b",), Dialect.MDP01) != peer_key(b"ab", (), Dialect.MDP01)

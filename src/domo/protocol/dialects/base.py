@@ -85,6 +85,8 @@ class DialectCodec:
     - ``encode(envelope, frames)``: what the core sends (MDP/0.2 frames) in this dialect's
       framing, behind ``envelope`` where the peer has one. PARTIALs to a client without
       ``partial_replies`` never reach it (``registry.encode`` withholds them).
+    - ``delimited``: its messages start with an empty frame (after the envelope, if any); only
+      MDP/0.2's do not, and they are told by their first frame.
     """
 
     dialect: Dialect
@@ -92,3 +94,4 @@ class DialectCodec:
     claims: Callable[[BodyFrame, BodyFrame], Role | None]
     decode: Callable[[Sequence[BodyFrame]], list[BodyFrame]]
     encode: Callable[[Relayed, Relayed], Relayed]
+    delimited: bool = True

@@ -58,6 +58,7 @@ MDP02 = DialectCodec(
     claims=_claims,
     decode=_as_is,
     encode=_encode,
+    delimited=False,
 )
 
 MDP02_REQ = DialectCodec(

@@ -29,9 +29,9 @@ CODECS: Mapping[Dialect, DialectCodec] = MappingProxyType(
 # Then the first codec that claims the frames after the envelope's delimiter wins, so the
 # narrower claim comes first: majortomo's client (``MDPC02``, 0x02, no hops) before an RFC 18
 # client behind REQ (``MDPC02``, anything).
-_UNDELIMITED: tuple[DialectCodec, ...] = (MDP02,)
-_DELIMITED: tuple[DialectCodec, ...] = (MDP01, MAJORTOMO, MDP02_REQ)
-DETECTION_ORDER: tuple[DialectCodec, ...] = _UNDELIMITED + _DELIMITED
+DETECTION_ORDER: tuple[DialectCodec, ...] = (MDP02, MDP01, MAJORTOMO, MDP02_REQ)
+_UNDELIMITED = tuple(codec for codec in DETECTION_ORDER if not codec.delimited)
+_DELIMITED = tuple(codec for codec in DETECTION_ORDER if codec.delimited)
 
 _C_PARTIAL = b"\x02"  # the core's PARTIAL to a client (MDP-R-01)
 
