@@ -29,9 +29,20 @@ and MMI answers every client (``specs/mdp-0.1.md``, ``specs/majortomo.md``, ``sp
 from __future__ import annotations
 
 from collections.abc import Sequence
+from enum import Enum
 
 from .broker import Broker, BrokerConfig, PeerState, WorkerView
-from .dialects import CODECS, MDPC02, MDPW02, Dialect, DialectCodec, detect, encode_with
+from .dialects import (
+    CODECS,
+    MDPC02,
+    MDPW02,
+    REGISTRY,
+    Dialect,
+    DialectCodec,
+    Registry,
+    encode_with,
+)
+from .dialects.mdp02 import MDP02
 from .events import (
     BrokerEvent,
     MmiReplied,
@@ -49,16 +60,22 @@ Outgoing = tuple[int, bytes, Relayed]  # (connection, routing id, frames): one m
 
 _KEY_PREFIX = b"\x00\xffdomo:"
 _REGISTERED = (PeerState.IDLE, PeerState.BUSY)
-_UNKNOWN = (Dialect.MDP02, 0)  # not a family message: the core refuses it, as MDP/0.2's
+_UNKNOWN = (MDP02, 0)  # not a family message: the core refuses it, as MDP/0.2's
 
 
 def peer_key(
-    routing_id: bytes, envelope: Sequence[bytes], dialect: Dialect, connection: int = 0
+    routing_id: bytes,
+    envelope: Sequence[bytes],
+    dialect: Enum,
+    connection: int = 0,
+    request_key: bytes | None = None,
 ) -> bytes:
     """The id the core knows a peer by, unless it is an MDP/0.2 peer on connection 0: its
-    connection, routing id, envelope and dialect, each length-prefixed, so that distinct peers
-    never share a key."""
-    parts = [routing_id, *envelope, dialect.value.encode()]
+    connection, routing id, envelope, dialect and (for a dialect that keys its requests) the
+    request's key, each length-prefixed, so that distinct peers never share a key."""
+    parts = [routing_id, *envelope, str(dialect.value).encode()]
+    if request_key is not None:
+        parts.append(request_key)  # one client's requests are clients of their own to the core
     prefix = _KEY_PREFIX + connection.to_bytes(4, "big")
     return prefix + b"".join(len(p).to_bytes(4, "big") + bytes(p) for p in parts)
 
@@ -66,25 +83,34 @@ def peer_key(
 class PeerRoute:
     """Where and how to send what the core sends to one peer key."""
 
-    __slots__ = ("codec", "connection", "dialect", "envelope", "routing_id")
+    __slots__ = ("codec", "connection", "dialect", "envelope", "request_key", "routing_id")
 
     def __init__(
-        self, routing_id: bytes, envelope: Relayed, dialect: Dialect, connection: int = 0
+        self,
+        routing_id: bytes,
+        envelope: Relayed,
+        dialect: Enum,
+        connection: int = 0,
+        request_key: bytes | None = None,
+        codec: DialectCodec | None = None,
     ) -> None:
         self.connection = connection
         self.routing_id = routing_id
         self.envelope = envelope
         self.dialect = dialect
-        self.codec: DialectCodec = CODECS[dialect]  # the registry's record, looked up once
+        self.request_key = request_key  # the request this key stands for, in a keyed dialect
+        # The registry's record, looked up once.
+        self.codec: DialectCodec = codec if codec is not None else CODECS[Dialect(dialect.value)]
 
 
 class FamilyBroker:
     """An MDP/0.2 ``Broker`` that also serves MDP/0.1, majortomo's dialect and REQ clients, on
     any number of connections."""
 
-    def __init__(self, config: BrokerConfig | None = None) -> None:
+    def __init__(self, config: BrokerConfig | None = None, registry: Registry = REGISTRY) -> None:
         self.core = Broker(config)
         self.config = self.core.config
+        self.registry = registry  # the dialects this broker speaks, in detection order
         self._routes: dict[bytes, PeerRoute] = {}  # peer key -> route
         # (connection, routing id) -> the peer keys behind it
         self._keys_of: dict[tuple[int, bytes], dict[bytes, None]] = {}
@@ -99,24 +125,30 @@ class FamilyBroker:
         it speaks."""
         if connection == 0:
             first = frames[0] if frames else None
-            found = None if first in (MDPC02, MDPW02) else detect(frames)  # hot path first
-            if found is None or found[0] is Dialect.MDP02:
+            found = None if first in (MDPC02, MDPW02) else self.registry.detect(frames)
+            if found is None or found[0].dialect is Dialect.MDP02:  # the hot path
                 events = self.core.receive(peer, frames, now)  # garbage too: the core says why
                 if self._routes:  # a worker's FINAL may end a dialect client's request
                     self._note(events)
                 return events
         else:
-            found = detect(frames) or _UNKNOWN
-        dialect, hops = found
+            found = self.registry.detect(frames) or _UNKNOWN
+        codec, hops = found
         envelope = tuple(bytes(frame) for frame in frames[:hops])
-        key = peer_key(peer, envelope, dialect, connection)
+        message: Sequence[BodyFrame] = frames[hops + 1 :] if codec.delimited else frames
+        request_key = None
+        if codec.request_key is not None:  # a dialect with several requests per client
+            split = codec.request_key(message)
+            if split is not None:
+                request_key, message = split
+        key = peer_key(peer, envelope, codec.dialect, connection, request_key)
         route = self._routes.get(key)
         if route is None:
-            route = self._routes[key] = PeerRoute(peer, envelope, dialect, connection)
+            route = PeerRoute(peer, envelope, codec.dialect, connection, request_key, codec)
+            self._routes[key] = route
             self._keys_of.setdefault((connection, peer), {})[key] = None
             self._maybe_done[key] = None  # a first message that was refused leaves nothing
-        message = frames[hops + 1 :] if route.codec.delimited else frames
-        events = self.core.receive(key, route.codec.decode(message), now)
+        events = self.core.receive(key, codec.decode(message), now)
         self._note(events)
         return events
 
@@ -193,7 +225,7 @@ class FamilyBroker:
             if route is None:
                 out.append((0, key, frames))
                 continue
-            encoded = encode_with(route.codec, route.envelope, frames)
+            encoded = encode_with(route.codec, route.envelope, frames, route.request_key)
             if encoded is not None:
                 out.append((route.connection, route.routing_id, encoded))
         return out

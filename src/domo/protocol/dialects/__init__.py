@@ -29,7 +29,17 @@ from .base import (
     Role,
 )
 from .envelope import MAX_HOPS, delimiter_at
-from .registry import CODECS, DETECTION_ORDER, codec_for, decode, detect, encode, encode_with
+from .registry import (
+    CODECS,
+    DETECTION_ORDER,
+    REGISTRY,
+    Registry,
+    codec_for,
+    decode,
+    detect,
+    encode,
+    encode_with,
+)
 
 __all__ = [
     "CODECS",
@@ -39,9 +49,11 @@ __all__ = [
     "MDPC02",
     "MDPW01",
     "MDPW02",
+    "REGISTRY",
     "Capabilities",
     "Dialect",
     "DialectCodec",
+    "Registry",
     "Role",
     "codec_for",
     "decode",

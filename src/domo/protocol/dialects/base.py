@@ -82,16 +82,34 @@ class DialectCodec:
       with ``header``, ``command`` (``b""`` if it has none), or None if it is not this dialect's.
     - ``decode(message)``: the message (the frames after the envelope's delimiter, or all of
       them for a peer with no envelope) as the core's MDP/0.2 frames.
-    - ``encode(envelope, frames)``: what the core sends (MDP/0.2 frames) in this dialect's
-      framing, behind ``envelope`` where the peer has one. PARTIALs to a client without
-      ``partial_replies`` never reach it (``registry.encode`` withholds them).
+    - ``encode(envelope, frames, request_key)``: what the core sends (MDP/0.2 frames) in this
+      dialect's framing, behind ``envelope`` where the peer has one, for the request
+      ``request_key`` where the dialect keys requests (None otherwise). PARTIALs to a client
+      without ``partial_replies`` never reach it (``registry.encode`` withholds them).
     - ``delimited``: its messages start with an empty frame (after the envelope, if any); only
       MDP/0.2's do not, and they are told by their first frame.
+    - ``request_key``: for a dialect whose client may have several requests outstanding
+      (``outstanding_per_client`` None), splits a message (after the delimiter) into the key
+      that names its request and the message without it, or gives None for a message that
+      names none (a worker's). The broker holds each (client, request key) as a client of its
+      own, so the core's one-request-per-client rule (MDP-S-02) holds per key.
+
+    ``dialect`` is a ``Dialect`` for the built-in dialects; a dialect of one's own may use any
+    ``Enum`` member with a ``str`` value (it names the dialect in peer keys).
     """
 
-    dialect: Dialect
+    dialect: Enum
     capabilities: Capabilities
     claims: Callable[[BodyFrame, BodyFrame], Role | None]
     decode: Callable[[Sequence[BodyFrame]], list[BodyFrame]]
-    encode: Callable[[Relayed, Relayed], Relayed]
+    encode: Callable[[Relayed, Relayed, bytes | None], Relayed]
     delimited: bool = True
+    request_key: Callable[[Sequence[BodyFrame]], tuple[bytes, list[BodyFrame]] | None] | None = None
+
+    def __post_init__(self) -> None:
+        outstanding = self.capabilities.outstanding_per_client
+        if outstanding is None and self.request_key is None:
+            raise ValueError(f"{self.dialect}: several requests per client need a request_key")
+        if outstanding is not None and (outstanding != 1 or self.request_key is not None):
+            # A bound above 1 would need the broker to count a client's keys: not done yet.
+            raise ValueError(f"{self.dialect}: outstanding_per_client is 1 (no key) or None")

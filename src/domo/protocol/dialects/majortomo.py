@@ -30,7 +30,7 @@ def _decode(message: Sequence[BodyFrame]) -> list[BodyFrame]:
     return list(message)  # its worker: RFC 18's worker commands (MAJ-01)
 
 
-def _encode(envelope: Relayed, frames: Relayed) -> Relayed:
+def _encode(envelope: Relayed, frames: Relayed, request_key: bytes | None) -> Relayed:
     if frames[0] == MDPC02:
         # MAJ-03, MAJ-04: PARTIAL 0x03, FINAL 0x04, no service frame.
         code = b"\x03" if frames[1] == b"\x02" else b"\x04"

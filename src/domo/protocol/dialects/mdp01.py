@@ -51,7 +51,7 @@ def _decode(message: Sequence[BodyFrame]) -> list[BodyFrame]:
     return [MDPW02, _MDP01_TO_MDP02.get(bytes(command), UNKNOWN_COMMAND), *message[2:]]
 
 
-def _encode(envelope: Relayed, frames: Relayed) -> Relayed:
+def _encode(envelope: Relayed, frames: Relayed, request_key: bytes | None) -> Relayed:
     if frames[0] == MDPC02:
         return (*envelope, b"", MDPC01, *frames[2:])  # MDP01-03: [MDPC01, service, body]
     # To a worker (MDP01-02): the core sends it REQUEST, HEARTBEAT or DISCONNECT.

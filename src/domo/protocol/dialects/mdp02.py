@@ -34,11 +34,13 @@ def _as_is(message: Sequence[BodyFrame]) -> list[BodyFrame]:
     return list(message)
 
 
-def _encode(envelope: Relayed, frames: Relayed) -> Relayed:
+def _encode(envelope: Relayed, frames: Relayed, request_key: bytes | None) -> Relayed:
     return frames
 
 
-def _encode_behind_envelope(envelope: Relayed, frames: Relayed) -> Relayed:
+def _encode_behind_envelope(
+    envelope: Relayed, frames: Relayed, request_key: bytes | None
+) -> Relayed:
     return (*envelope, b"", *frames)  # REQREP-01
 
 
