@@ -39,7 +39,8 @@ def group(name: str) -> list[str]:
 @nox.session
 def tests(session: nox.Session) -> None:
     """The whole test suite (Hypothesis profile ``ci`` when CI is set)."""
-    session.install("-e", ".[trace]", *group("test"))  # trace: pyarrow, for tests/trace
+    # trace: pyarrow, for tests/trace; metrics: prometheus-client, for tests/test_metrics.py
+    session.install("-e", ".[trace,metrics]", *group("test"))
     session.run("pytest", *session.posargs)
 
 
@@ -61,7 +62,7 @@ def lint(session: nox.Session) -> None:
 @nox.session
 def typecheck(session: nox.Session) -> None:
     """mypy --strict over src, tests and this file."""
-    session.install("-e", ".", *group("typecheck"))
+    session.install("-e", ".[metrics]", *group("typecheck"))
     session.run("mypy", *session.posargs)
 
 
@@ -78,6 +79,17 @@ def fuzz_planted(session: nox.Session) -> None:
     peers over 10 seeds: the find rate and the control runs of docs/fuzz.md."""
     session.install("-e", ".", *group("test"))
     session.run("python", "tests/fuzz/measure_planted.py", *session.posargs)
+
+
+@nox.session
+def chaos(session: nox.Session) -> None:
+    """The chaos harness's long form: 10,000 requests while workers are SIGKILLed every ~0.5 s
+    and the broker is SIGKILLed and restarted; 0 lost, 0 duplicated; then an honest client under a
+    garbage flood from two processes (docs/reliability.md).
+    Options after ``--`` go to tests/chaos/harness.py (``--requests N``, ``--seed N``, ...)."""
+    session.install("-e", ".", *group("test"))
+    session.run("python", "tests/chaos/harness.py", "--requests", "10000", *session.posargs)
+    session.run("python", "tests/chaos/flood.py", "--seconds", "10", "--flooders", "2")
 
 
 @nox.session
@@ -128,7 +140,9 @@ def docs(session: nox.Session) -> None:
 
     Screenshots land in build/site-check/.
     """
-    session.install("-e", ".", *group("docs"), *group("test"))
+    # trace: the operating tutorial reads a broker's --trace-dir with pyarrow; metrics: the API
+    # reference of domo.metrics.
+    session.install("-e", ".[trace,metrics]", *group("docs"), *group("test"))
     session.run("mkdocs", "build", "--strict", env={"NO_MKDOCS_2_WARNING": "1"})
     session.run("pytest", "tests/docs", "-q", *session.posargs)
     if not Path("/usr/bin/chromium").exists() or not Path("/usr/bin/chromedriver").exists():

@@ -56,7 +56,7 @@ def _record() -> dict[str, Any]:
                 "system": "majortomo",
                 "target": "broker",
                 "status": "ran",
-                "exit_code": 1,
+                "exit_code": 7,
                 "outcome": "rules broken",
                 "examples": 7,
                 "seconds": 12.5,
@@ -67,7 +67,7 @@ def _record() -> dict[str, Any]:
                 "system": "majortomo",
                 "target": "client",
                 "status": "ran",
-                "exit_code": 3,
+                "exit_code": 9,
                 "outcome": "unreachable",
                 "examples": None,
                 "seconds": 2.0,
@@ -78,7 +78,7 @@ def _record() -> dict[str, Any]:
                 "system": "majortomo",
                 "target": "worker",
                 "status": "ran",
-                "exit_code": 1,
+                "exit_code": 7,
                 "outcome": "rules broken",
                 "examples": 0,
                 "seconds": 10.5,
@@ -99,12 +99,12 @@ def _record() -> dict[str, Any]:
 def test_render_lists_every_run_finding_and_scenario(run: ModuleType) -> None:
     section = run.render(json.loads(json.dumps(_record())))  # what a saved record reads back as
     lines = section.splitlines()
-    assert "| majortomo | broker | rules broken (exit 1) | 7 | 12.5 | MDP-H-04 |" in lines
-    assert "| majortomo | client | unreachable (exit 3) | ? | 2 | none |" in lines
+    assert "| majortomo | broker | rules broken (exit 7) | 7 | 12.5 | MDP-H-04 |" in lines
+    assert "| majortomo | client | unreachable (exit 9) | ? | 2 | none |" in lines
     assert any(line.startswith("| domo | worker | not run: domo fuzz refused it") for line in lines)
     # a "|" inside an explanation must not split the table's cell
     assert "| majortomo | broker | MDP-H-04 | w0 heard nothing \\| not even a HEARTBEAT |" in lines
-    assert "domo fuzz: target unreachable: no client" in lines  # why exit 3, from stderr
+    assert "domo fuzz: target unreachable: no client" in lines  # why exit 9, from stderr
     assert "1. w0: connect a new socket, READY s0" in lines
     assert "2. wait 6/2 heartbeat intervals" in lines
     assert "(no steps: seen before any scenario ran)" in lines

@@ -14,7 +14,10 @@ stderr and exit with their code; only a bug prints a traceback.
 from __future__ import annotations
 
 import argparse
+import base64
+import dataclasses
 import itertools
+import json
 import logging
 import math
 import os
@@ -28,10 +31,11 @@ import sys
 import textwrap
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Final
+from typing import Final, TypeVar
 
 import trio
 import zmq
@@ -57,7 +61,7 @@ from domo.trio import (
     Client,
     Handler,
     RemoteError,
-    RequestFailed,
+    RequestError,
     RequestTimeout,
     ZmqTransport,
     run_worker,
@@ -69,11 +73,13 @@ __all__ = [
     "EXIT_ENDPOINT",
     "EXIT_ERROR",
     "EXIT_FAILED_REQUESTS",
+    "EXIT_FINDINGS",
     "EXIT_INTERRUPTED",
     "EXIT_NOT_FOUND",
     "EXIT_OK",
     "EXIT_REMOTE_ERROR",
     "EXIT_TIMEOUT",
+    "EXIT_UNREACHABLE",
     "EXIT_USAGE",
     "build_parser",
     "main",
@@ -87,12 +93,14 @@ EXIT_USAGE: Final = 2  # bad command line (argparse's own code)
 EXIT_TIMEOUT: Final = 3  # call: no FINAL in time after every retry
 EXIT_REMOTE_ERROR: Final = 4  # call: the worker's handler failed (MDP-D-23 error reply)
 EXIT_ENDPOINT: Final = 5  # an endpoint could not be bound or connected
-EXIT_FINDINGS: Final = 1  # fuzz: the target broke at least one rule
-EXIT_NOT_FOUND: Final = 6  # call mmi.*: the broker answered 404 or 501, not 200
-EXIT_FAILED_REQUESTS: Final = 1  # demo, bench: some requests failed or got a wrong reply
+EXIT_NOT_FOUND: Final = 6  # call mmi.*, bench: the broker says no worker serves it (404, 501)
+EXIT_FINDINGS: Final = 7  # fuzz: the target broke at least one rule
+EXIT_FAILED_REQUESTS: Final = 8  # demo, bench: some requests failed or got a wrong reply
+EXIT_UNREACHABLE: Final = 9  # bench, fuzz: the peer to test never answered (not there?)
 EXIT_INTERRUPTED: Final = 130  # call: stopped by SIGINT (128 + 2, the shell's convention)
 
 DEFAULT_ENDPOINT: Final = "tcp://127.0.0.1:5555"
+T = TypeVar("T")
 
 # What each command's exit codes mean, for its --help: a command lists only its own.
 _STOPPED = "stopped by SIGINT or SIGTERM (a requested stop is not a failure)"
@@ -138,15 +146,22 @@ EXIT_CODES: Final[dict[str, list[tuple[int, str]]]] = {
         (EXIT_OK, "every request answered with its own body; or stopped by SIGINT/SIGTERM"),
         (EXIT_FAILED_REQUESTS, "some requests were not answered, or answered wrongly"),
         (EXIT_USAGE, "usage error: bad arguments or options"),
-        (EXIT_TIMEOUT, "the service has no worker (mmi.service), or nothing was answered"),
         (EXIT_ENDPOINT, _ENDPOINT_FAILED),
+        (EXIT_NOT_FOUND, "the service has no worker (the broker's mmi.service answer)"),
+        (EXIT_UNREACHABLE, "no broker answered, or no request was answered at all"),
+    ],
+    "status": [
+        (EXIT_OK, "the broker's state was printed"),
+        (EXIT_ERROR, _BUG),
+        (EXIT_USAGE, "usage error: bad arguments or options; or prometheus-client missing"),
+        (EXIT_UNREACHABLE, "the metrics could not be read (no broker with --metrics there?)"),
     ],
     "fuzz": [
         (EXIT_OK, "no rule broken"),
         (EXIT_FINDINGS, "the target broke at least one rule"),
         (EXIT_USAGE, "usage error: bad arguments or options"),
-        (EXIT_TIMEOUT, "the target is unreachable"),
         (EXIT_ENDPOINT, _ENDPOINT_FAILED + "; or an --exec command that cannot be started"),
+        (EXIT_UNREACHABLE, "the target is unreachable"),
     ],
 }
 
@@ -224,6 +239,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_demo(commands)
     _add_bench(commands)
     _add_fuzz(commands)
+    _add_status(commands)
     return parser
 
 
@@ -335,6 +351,13 @@ def _add_broker(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
         help="write one Parquet trace record per request and per worker change into DIR "
         "(needs pip install '.[trace]' in domo's source directory; schema in docs/traces.md)",
     )
+    sub.add_argument(
+        "--metrics",
+        metavar="HOST:PORT",
+        type=_metrics_address,
+        help="serve Prometheus metrics over HTTP at http://HOST:PORT/metrics (port 0 picks a "
+        "free one; needs pip install '.[metrics]'); `domo status` reads them",
+    )
 
 
 def _add_worker(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -422,10 +445,17 @@ def _add_call(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
         "0: until stopped. A failed request is reported and the next one sent; the exit code "
         "is that of the last failure (default: %(default)s)",
     )
-    sub.add_argument(
+    output = sub.add_mutually_exclusive_group()
+    output.add_argument(
         "--raw",
         action="store_true",
         help="write reply frames to stdout as raw bytes, nothing added",
+    )
+    output.add_argument(
+        "--json",
+        action="store_true",
+        help='write each reply as one JSON line: {"reply": "partial" or "final", "frames": '
+        '[...], "encoding": "utf-8" or "base64"} (base64 when a frame is not UTF-8)',
     )
 
 
@@ -474,6 +504,11 @@ def _add_demo(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
         type=partial(_endpoint, BIND_SCHEMES),
         default="inproc://domo-demo",
         help="where the broker binds (default: %(default)s)",
+    )
+    sub.add_argument(
+        "--json",
+        action="store_true",
+        help="print the figures as one JSON object on stdout instead of lines for people",
     )
 
 
@@ -543,15 +578,71 @@ def _add_bench(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         metavar="N",
         help="resends before a request counts as failed (default: %(default)s)",
     )
+    sub.add_argument(
+        "--json",
+        action="store_true",
+        help="print the figures as one JSON object on stdout instead of lines for people",
+    )
+
+
+class _FromEnvironment(str):
+    """An option's default taken from an environment variable (``ENV_DEFAULTS``).
+
+    argparse converts a string default with the option's type when the option is not given,
+    so a bad value is a usage error; ``_or_env`` names the variable in it.
+    """
+
+    variable: str
+
+    def __new__(cls, value: str, variable: str) -> _FromEnvironment:
+        text = super().__new__(cls, value)
+        text.variable = variable
+        return text
+
+
+# Environment variables that set an option's default, so every process of a deployment (broker,
+# workers, callers) can share one setting; an option on the command line wins.
+ENV_DEFAULTS: Final = {
+    "--connect": "DOMO_ENDPOINT",
+    "--heartbeat-interval": "DOMO_HEARTBEAT_INTERVAL",
+    "--liveness": "DOMO_LIVENESS",
+}
+
+
+def _env_default(option: str, fallback: object) -> object:
+    """The default of ``option``: its environment variable's value if set, else ``fallback``."""
+    variable = ENV_DEFAULTS[option]
+    value = os.environ.get(variable)
+    return fallback if value is None else _FromEnvironment(value, variable)
+
+
+def _env_help(option: str) -> str:
+    return f"; or set {ENV_DEFAULTS[option]}"
+
+
+def _or_env(convert: Callable[[str], T]) -> Callable[[str], T]:
+    """``convert``, with the environment variable named when a default from it is bad."""
+
+    def converted(text: str) -> T:
+        try:
+            return convert(text)
+        except argparse.ArgumentTypeError as error:
+            if isinstance(text, _FromEnvironment):
+                raise argparse.ArgumentTypeError(f"{error} (from {text.variable})") from None
+            raise
+
+    return converted
 
 
 def _add_connect_option(sub: argparse.ArgumentParser) -> None:
     sub.add_argument(
         "--connect",
-        type=partial(_endpoint, CONNECT_SCHEMES),
-        default=DEFAULT_ENDPOINT,
+        type=_or_env(partial(_endpoint, CONNECT_SCHEMES)),
+        default=_env_default("--connect", DEFAULT_ENDPOINT),
         metavar="ENDPOINT",
-        help="the broker's endpoint, tcp:// or ipc:// (default: %(default)s)",
+        help="the broker's endpoint, tcp:// or ipc:// (default: %(default)s"
+        + _env_help("--connect")
+        + ")",
     )
 
 
@@ -738,7 +829,7 @@ async def _fuzz(args: argparse.Namespace) -> int:
         result = await trio.to_thread.run_sync(fuzz.fuzz, options)
     except fuzz.Unreachable as error:
         print(f"domo fuzz: target unreachable: {error}", file=sys.stderr)
-        return EXIT_TIMEOUT
+        return EXIT_UNREACHABLE
     except ValueError as error:  # an endpoint that cannot be bound, a command that cannot start
         print(f"domo fuzz: {error}", file=sys.stderr)
         return EXIT_ENDPOINT
@@ -765,18 +856,20 @@ async def _fuzz(args: argparse.Namespace) -> int:
 def _add_heartbeat_options(sub: argparse.ArgumentParser, interval: float, liveness: int) -> None:
     sub.add_argument(
         "--heartbeat-interval",
-        type=_positive_float,
-        default=interval,
+        type=_or_env(_positive_float),
+        default=_env_default("--heartbeat-interval", interval),
         metavar="SECONDS",
-        help="seconds between heartbeats; broker and workers must agree (default: %(default)s)",
+        help="seconds between heartbeats; broker and workers must agree (default: %(default)s"
+        + _env_help("--heartbeat-interval")
+        + ")",
     )
     sub.add_argument(
         "--liveness",
-        type=_positive_int,
-        default=liveness,
+        type=_or_env(_positive_int),
+        default=_env_default("--liveness", liveness),
         metavar="N",
         help="the peer is lost after N heartbeat intervals of silence; broker and workers "
-        "must agree (default: %(default)s)",
+        "must agree (default: %(default)s" + _env_help("--liveness") + ")",
     )
 
 
@@ -835,6 +928,76 @@ def _endpoint_to_bind_or_connect(schemes: Sequence[str], text: str) -> str:
         raise argparse.ArgumentTypeError(str(error)) from None
 
 
+# --- domo status ------------------------------------------------------------------------------
+
+DEFAULT_METRICS: Final = "127.0.0.1:9100"
+
+
+def _add_status(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    sub = _subcommand(
+        commands,
+        "status",
+        "show a running broker's services, workers and queues",
+        "Read the metrics of a broker started with --metrics HOST:PORT and print, per service, "
+        "its idle and busy workers, the requests waiting in its queue, and the requests "
+        "completed, expired and dropped so far; then the workers lost by reason and the "
+        "protocol violations by rule. Requests for services no worker ever served count "
+        "under '(none)'. Needs pip install '.[metrics]'.",
+        _status,
+        "warning",
+    )
+    sub.add_argument(
+        "metrics",
+        metavar="HOST:PORT|URL",
+        nargs="?",
+        default=DEFAULT_METRICS,
+        help="the broker's --metrics address, or the full URL (default: %(default)s)",
+    )
+    sub.add_argument(
+        "--json", action="store_true", help="print the status as one JSON object instead"
+    )
+
+
+async def _status(args: argparse.Namespace) -> int:
+    try:
+        from domo.metrics import read_status
+    except ImportError:
+        print(
+            "domo status: needs prometheus-client: pip install '.[metrics]' in domo's source "
+            "directory",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
+    target = args.metrics
+    url = target if "://" in target else f"http://{target}/metrics"
+    try:
+        status = await trio.to_thread.run_sync(read_status, url)
+    except (OSError, ValueError) as error:
+        print(f"domo status: cannot read {url}: {error}", file=sys.stderr)
+        return EXIT_UNREACHABLE
+    if args.json:
+        print(json.dumps(dataclasses.asdict(status)), flush=True)
+        return EXIT_OK
+    header = ("service", "idle", "busy", "queued", "completed", "expired", "dropped")
+    rows = [
+        (s.name, s.idle, s.busy, s.queued, s.completed, s.expired, s.dropped)
+        for s in sorted(status.services.values(), key=lambda s: s.name)
+        if (s.idle, s.busy, s.queued, s.completed, s.expired, s.dropped) != (0,) * 6
+    ]
+    widths = [max(len(str(row[i])) for row in [header, *rows]) for i in range(len(header))]
+    for row in [header, *rows]:
+        cells = [str(cell).ljust(w) if i == 0 else str(cell).rjust(w) for i, (cell, w) in
+                 enumerate(zip(row, widths, strict=True))]  # fmt: skip
+        print("  ".join(cells).rstrip())
+    if not rows:
+        print("(no service has workers or requests)")
+    losses = ", ".join(f"{reason} {n}" for reason, n in sorted(status.worker_losses.items()))
+    violations = ", ".join(f"{rule} {n}" for rule, n in sorted(status.violations.items()))
+    print(f"workers lost: {losses or 'none'}")
+    print(f"violations: {violations or 'none'}", flush=True)
+    return EXIT_OK
+
+
 # --- domo broker ------------------------------------------------------------------------------
 
 
@@ -857,15 +1020,47 @@ async def _broker(args: argparse.Namespace) -> int:
     if args.trace_dir is not None and (error := _check_trace_dir(args.trace_dir)) is not None:
         print(f"domo broker: {error}", file=sys.stderr)
         return EXIT_USAGE
+    if args.metrics is not None:
+        try:
+            from domo.metrics import BrokerMetrics, serve_metrics
+        except ImportError:
+            print(
+                "domo broker: --metrics needs prometheus-client: pip install '.[metrics]' in "
+                "domo's source directory",
+                file=sys.stderr,
+            )
+            return EXIT_USAGE
+        metrics = BrokerMetrics()
+        try:
+            host, port = serve_metrics(args.metrics, metrics)
+        except OSError as error:
+            print(f"domo broker: cannot serve metrics at {args.metrics}: {error}", file=sys.stderr)
+            return EXIT_ENDPOINT
+        print(f"domo broker: metrics on http://{host}:{port}/metrics", flush=True)
+        counted = on_event
+
+        def on_event(event: BrokerEvent) -> None:
+            counted(event)
+            metrics.on_event(event)
+
     serve = partial(serve_broker, config=config, on_event=on_event, trace_dir=args.trace_dir)
-    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-        async with trio.open_nursery() as nursery:
-            bound: list[str] = await nursery.start(serve, *(args.bind or [DEFAULT_ENDPOINT]))
-            for endpoint in bound:
-                print(f"domo broker: listening on {endpoint}", flush=True)
-            await _stop_on_signal(signals, nursery.cancel_scope, "broker")
+    async with _graceful_stop("broker") as stop:
+        with stop:
+            async with trio.open_nursery() as nursery:
+                bound: list[str] = await nursery.start(serve, *(args.bind or [DEFAULT_ENDPOINT]))
+                for endpoint in bound:
+                    print(f"domo broker: listening on {endpoint}", flush=True)
+                await trio.sleep_forever()
     print(f"domo broker: stopped; {completed} requests completed", flush=True)
     return EXIT_OK
+
+
+def _metrics_address(text: str) -> str:
+    """An argparse type: ``HOST:PORT`` for the metrics' HTTP server."""
+    host, colon, port = text.rpartition(":")
+    if not colon or not host or not port.isdigit() or int(port) > 65535:
+        raise argparse.ArgumentTypeError(f"not HOST:PORT (port 0 to 65535): {text!r}")
+    return text
 
 
 def _check_trace_dir(directory: str) -> str | None:
@@ -899,7 +1094,9 @@ class LateWorkerWatch:
 
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
-        self._expired: dict[object, None] = {}  # insertion-ordered: a bounded, ordered set
+        # Insertion-ordered, bounded: expired worker -> whether it held a request then.
+        self._expired: dict[object, bool] = {}
+        self._busy: dict[object, None] = {}  # workers holding a request now
         self._sizes: dict[int, int] = {}  # request id -> body size, for requests not yet done
         self._holding: dict[object, int] = {}  # worker -> size of the request it was sent last
         self.hinted = False
@@ -931,19 +1128,37 @@ class LateWorkerWatch:
                 del self._sizes[next(iter(self._sizes))]
         elif isinstance(event, RequestDispatched):
             self._holding[event.worker] = self._sizes.get(event.request_id, 0)
+            self._busy[event.worker] = None
         elif isinstance(event, RequestCompleted | RequestDropped | RequestExpired):
             self._sizes.pop(event.request_id, None)
+            if isinstance(event, RequestCompleted):
+                self._busy.pop(event.worker, None)
         elif isinstance(event, WorkerDisconnected) and event.reason == "unreachable":
             self._explain_large_transfer(event)  # it gave the broker up while the body crossed
+        if isinstance(event, WorkerDisconnected):
+            self._busy.pop(event.worker, None)
         if isinstance(event, WorkerExpired):
             self._explain_large_transfer(event)
-            self._expired[event.worker] = None
+            self._expired[event.worker] = event.worker in self._busy
+            self._busy.pop(event.worker, None)
             if len(self._expired) > self.REMEMBERED:
                 del self._expired[next(iter(self._expired))]
         elif (
             isinstance(event, ProtocolViolation) and event.peer in self._expired and not self.hinted
         ):
             self.hinted = True
+            if self._expired[event.peer]:  # it held a request: busy, or its interval differs
+                logger.warning(
+                    "worker %s spoke again after it expired while it held a request (nothing "
+                    "heard from it for %.3g s): a worker must keep sending HEARTBEAT while it "
+                    "works (MDP-H-04; majortomo's worker, for one, does not), or its heartbeat "
+                    "interval is longer than this broker's %.3g s (broker and workers must use "
+                    "the same --heartbeat-interval and --liveness)",
+                    eventlog.peer_text(event.peer),
+                    self.config.liveness * self.config.heartbeat_interval,
+                    self.config.heartbeat_interval,
+                )
+                return
             logger.warning(
                 "worker %s spoke again after it expired (nothing heard from it for %.3g s): its "
                 "heartbeat interval is probably longer than this broker's %.3g s (broker and "
@@ -952,6 +1167,35 @@ class LateWorkerWatch:
                 self.config.liveness * self.config.heartbeat_interval,
                 self.config.heartbeat_interval,
             )
+
+
+@asynccontextmanager
+async def _graceful_stop(what: str) -> AsyncIterator[trio.CancelScope]:
+    """A scope that SIGINT or SIGTERM cancels (a graceful stop), for a long-running command.
+
+    Signals are read by a task outside that scope, for as long as the block runs, so one that
+    comes while the stop is under way (a second Ctrl-C, a SIGTERM after a SIGINT) is logged and
+    does not cut the graceful stop short; trio would redeliver a signal still pending when the
+    receiver closes, and the default action would end the process without its last words.
+    """
+    stop = trio.CancelScope()
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async with trio.open_nursery() as watcher:
+
+            async def watch() -> None:
+                async for signum in signals:
+                    name = signal.Signals(signum).name
+                    if stop.cancel_called:
+                        logger.info("%s: %s received while stopping; still stopping", what, name)
+                    else:
+                        logger.info("%s: %s received, stopping", what, name)
+                        stop.cancel()
+
+            watcher.start_soon(watch)
+            try:
+                yield stop
+            finally:
+                watcher.cancel_scope.cancel()
 
 
 async def _stop_on_signal(
@@ -1015,12 +1259,13 @@ async def _worker(args: argparse.Namespace) -> int:
         on_event=watch.on_event,
         on_broker_heard=watch.heard,
     )
-    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-        async with trio.open_nursery() as nursery:
-            await nursery.start(work, args.connect, args.service, handler)
-            if not watch.answered:
-                print(f"domo worker: waiting for the broker at {args.connect}", flush=True)
-            await _stop_on_signal(signals, nursery.cancel_scope, "worker")
+    async with _graceful_stop("worker") as stop:
+        with stop:
+            async with trio.open_nursery() as nursery:
+                await nursery.start(work, args.connect, args.service, handler)
+                if not watch.answered:
+                    print(f"domo worker: waiting for the broker at {args.connect}", flush=True)
+                await trio.sleep_forever()
     print("domo worker: stopped", flush=True)
     return EXIT_OK
 
@@ -1225,12 +1470,16 @@ async def _request(args: argparse.Namespace) -> int:
 
 
 async def _request_once(client: Client, args: argparse.Namespace) -> int:
-    write = _write_raw if args.raw else _write_text
     final: list[bytes] = []
     try:
         async with client.stream(args.service, *args.frames) as replies:
             async for reply in replies:
-                write(reply.body)
+                if args.json:
+                    _write_json_reply(reply.body, reply.final)
+                elif args.raw:
+                    _write_raw(reply.body)
+                else:
+                    _write_text(reply.body)
                 final = reply.body
     except RemoteError as error:
         print(
@@ -1255,6 +1504,48 @@ async def _request_once(client: Client, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _quiet(*_: object, **__: object) -> None:
+    """``print``'s stand-in for the lines for people under ``--json``."""
+
+
+def _write_json_reply(frames: list[bytes], final: bool) -> None:
+    """One reply as one JSON line (``call --json``): every frame as text if all are UTF-8,
+    else every frame in base64, so a reader decodes one message one way."""
+    try:
+        shown, encoding = [frame.decode("utf-8") for frame in frames], "utf-8"
+    except UnicodeDecodeError:
+        shown, encoding = [base64.b64encode(frame).decode("ascii") for frame in frames], "base64"
+    line = {"reply": "final" if final else "partial", "frames": shown, "encoding": encoding}
+    print(json.dumps(line), flush=True)
+
+
+def _json_load_report(
+    command: str, load: DemoLoad, elapsed: float, code: int, **fields: object
+) -> None:
+    """What ``bench --json`` and ``demo --json`` print: one JSON object on stdout."""
+    done = len(load.latencies)
+    latency: dict[str, float] | None = None
+    if done:
+        p50, p99 = _percentiles(load.latencies)
+        latency = {
+            "p50": round(p50 * 1000, 3),
+            "p99": round(p99 * 1000, 3),
+            "max": round(max(load.latencies) * 1000, 3),
+        }
+    record = {
+        "command": command,
+        **fields,
+        "requests_done": done,
+        "failed": load.failed,
+        "wrong": load.wrong,
+        "seconds": round(elapsed, 3),
+        "requests_per_s": round(done / elapsed, 1) if done and elapsed > 0 else 0.0,
+        "latency_ms": latency,
+        "exit_code": code,
+    }
+    print(json.dumps(record), flush=True)
+
+
 async def _why_no_reply(args: argparse.Namespace, attempts: int) -> str:
     """After a timeout, ask the broker (mmi.service, one short try) what the likely cause is."""
     if args.service.startswith("mmi."):
@@ -1262,7 +1553,7 @@ async def _why_no_reply(args: argparse.Namespace, attempts: int) -> str:
     async with Client(args.connect, timeout=min(args.timeout, 1.0), retries=0) as client:
         try:
             answer = await client.request("mmi.service", args.service.encode())
-        except RequestFailed:
+        except RequestError:
             return f"no broker answered at {args.connect} either (is `domo broker` running?)"
     if answer[:1] != [b"200"]:
         return f"the broker says no worker serves {args.service!r} (mmi.service: 404)"
@@ -1328,15 +1619,17 @@ class DemoLoad:
 async def _bench(args: argparse.Namespace) -> int:
     requests = None if args.duration is not None else args.requests
     amount = f"{requests} requests" if requests else f"requests for {args.duration:g} s"
-    print(
+    say = _quiet if args.json else print  # --json: one JSON object on stdout, nothing else
+    say(
         f"domo bench: {args.clients} clients -> {args.service!r} at {args.connect}, "
         f"{args.size}-byte bodies, {amount}",
         flush=True,
     )
     problem = await _bench_precheck(args)
     if problem is not None:
-        print(f"domo bench: {problem}", file=sys.stderr)
-        return EXIT_TIMEOUT
+        code, why = problem
+        print(f"domo bench: {why}", file=sys.stderr)
+        return code
     load = DemoLoad()
     body = b"x" * args.size
     # A load that gets no reply for this long stops: every client has used all its retries.
@@ -1364,18 +1657,27 @@ async def _bench(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     done = len(load.latencies)
-    print(
-        f"requests done: {done} in {elapsed:.2f} s ({load.failed} failed"
-        + (f", {load.wrong} wrong replies)" if args.service == "echo" else ")")
-    )
+    code = EXIT_FAILED_REQUESTS if load.failed or load.wrong else EXIT_OK
     if not done:
+        code = EXIT_UNREACHABLE
         if not watch.stalled:
             print(
                 f"domo bench: no reply from {args.service!r} at {args.connect}; is the broker "
                 "up and a worker serving it?",
                 file=sys.stderr,
             )
-        return EXIT_TIMEOUT
+    if args.json:
+        _json_load_report(
+            "bench", load, elapsed, code, service=args.service, endpoint=args.connect,
+            clients=args.clients, size=args.size,
+        )  # fmt: skip
+        return code
+    print(
+        f"requests done: {done} in {elapsed:.2f} s ({load.failed} failed"
+        + (f", {load.wrong} wrong replies)" if args.service == "echo" else ")")
+    )
+    if not done:
+        return code
     p50, p99 = _percentiles(load.latencies)
     print(f"throughput: {done / elapsed:.0f} requests/s")
     print(
@@ -1383,27 +1685,30 @@ async def _bench(args: argparse.Namespace) -> int:
         f"max {max(load.latencies) * 1000:.2f} ms",
         flush=True,
     )
-    return EXIT_FAILED_REQUESTS if load.failed or load.wrong else EXIT_OK
+    return code
 
 
-async def _bench_precheck(args: argparse.Namespace) -> str | None:
-    """Ask the broker whether the service has a worker (mmi.service); what is wrong, if any."""
+async def _bench_precheck(args: argparse.Namespace) -> tuple[int, str] | None:
+    """Ask the broker whether the service has a worker (mmi.service); what is wrong, if any
+    (the exit code and why)."""
     if args.service.startswith("mmi."):
         return None  # the broker answers these itself
     client = Client(args.connect, timeout=args.timeout, retries=0)
     async with client:
         try:
             answer = await client.request("mmi.service", args.service.encode())
-        except RequestFailed:
+        except RequestError:
             return (
+                EXIT_UNREACHABLE,
                 f"no broker answered at {args.connect} within {args.timeout:g} s "
-                "(is `domo broker` running there?)"
+                "(is `domo broker` running there?)",
             )
     if answer[:1] != [b"200"]:
         return (
+            EXIT_NOT_FOUND,
             f"no worker serves {args.service!r} at {args.connect} (mmi.service answered "
             f"{b''.join(answer[:1]).decode('ascii', 'replace')}); start one first, e.g. "
-            f"`domo worker {shlex.quote(args.service)} --exec CMD --connect {args.connect}`"
+            f"`domo worker {shlex.quote(args.service)} --exec CMD --connect {args.connect}`",
         )
     return None
 
@@ -1473,7 +1778,8 @@ async def _run_demo(args: argparse.Namespace, context: zmq.Context[zmq.Socket[by
             finals[event.worker] = finals.get(event.worker, 0) + 1
 
     amount = f"{requests} requests" if requests else f"requests for {args.duration:g} s"
-    print(
+    say = _quiet if args.json else print  # --json: one JSON object on stdout, nothing else
+    say(
         f"domo demo: a broker on {args.endpoint}, {args.workers} echo workers, "
         f"{args.clients} clients, {amount}",
         flush=True,
@@ -1489,13 +1795,20 @@ async def _run_demo(args: argparse.Namespace, context: zmq.Context[zmq.Socket[by
             with trio.fail_after(30):
                 await all_registered.wait()
             took = (time.perf_counter() - started) * 1000
-            print(f"workers registered: {len(registered)} of {args.workers} in {took:.1f} ms")
+            say(f"workers registered: {len(registered)} of {args.workers} in {took:.1f} ms")
             with trio.CancelScope() as load_scope:
                 nursery.start_soon(_stop_on_signal, signals, load_scope, "demo")
                 started = time.perf_counter()
                 await _demo_load(endpoint, context, args.clients, requests, args.duration, load)
             elapsed = time.perf_counter() - started
             nursery.cancel_scope.cancel()
+    if args.json:
+        code = EXIT_FAILED_REQUESTS if load.failed or load.wrong else EXIT_OK
+        _json_load_report(
+            "demo", load, elapsed, code, endpoint=args.endpoint, workers=args.workers,
+            clients=args.clients, finals_per_worker=list(finals.values()),
+        )  # fmt: skip
+        return code
     return _demo_report(load, requests, elapsed, finals)
 
 
@@ -1524,7 +1837,7 @@ async def _demo_load(
                 start = time.perf_counter()
                 try:
                     reply = await client.request(service, body)
-                except RequestFailed:
+                except RequestError:
                     load.failed += 1
                     continue
                 load.latencies.append(time.perf_counter() - start)

@@ -6,6 +6,9 @@ heartbeats (0.2 s, liveness 3) where a test waits for a peer to be noticed as go
 
 from __future__ import annotations
 
+import base64
+import json
+import os
 import re
 import shlex
 import shutil
@@ -19,19 +22,23 @@ import pytest
 import trio
 
 import domo as domo_package
+from domo import cli
 from domo.cli import (
     EXIT_CODES,
     EXIT_ENDPOINT,
+    EXIT_FAILED_REQUESTS,
+    EXIT_FINDINGS,
     EXIT_NOT_FOUND,
     EXIT_OK,
     EXIT_REMOTE_ERROR,
     EXIT_TIMEOUT,
+    EXIT_UNREACHABLE,
     EXIT_USAGE,
 )
 from domo.protocol import WorkerConfig
 from domo.trio import run_worker
 
-from .conftest import QUICK_BEATS, DomoProcess, StartDomo, run_domo
+from .conftest import DOMO, QUICK_BEATS, DomoProcess, StartDomo, run_domo
 
 pytestmark = pytest.mark.io
 
@@ -96,6 +103,15 @@ def test_every_exit_code_means_one_thing_per_command() -> None:
         codes = [code for code, _ in table]
         assert len(codes) == len(set(codes)), command
     assert (EXIT_TIMEOUT, EXIT_REMOTE_ERROR, EXIT_ENDPOINT, EXIT_NOT_FOUND) == (3, 4, 5, 6)
+    assert (EXIT_FINDINGS, EXIT_FAILED_REQUESTS, EXIT_UNREACHABLE) == (7, 8, 9)
+
+
+def test_no_exit_code_has_two_meanings_across_commands() -> None:
+    """1 is a bug and nothing else, 3 a call that timed out and nothing else: every exit code
+    constant has its own value."""
+    codes = {name: getattr(cli, name) for name in cli.__all__ if name.startswith("EXIT_")}
+    assert len(set(codes.values())) == len(codes), codes
+    assert codes["EXIT_ERROR"] == 1
 
 
 async def test_version_from_the_installed_console_script() -> None:
@@ -253,7 +269,7 @@ async def test_bench_loads_a_running_broker_and_reports(domo: StartDomo) -> None
         "bench", "nobody", "--connect", endpoint, "--requests", "2", "--timeout", "0.2",
         "--retries", "0",
     )  # fmt: skip
-    assert nobody.code == EXIT_TIMEOUT
+    assert nobody.code == EXIT_NOT_FOUND
     assert "requests done" not in nobody.stdout  # asked mmi.service first: no load at all
     assert nobody.stderr == (
         f"domo bench: no worker serves 'nobody' at {endpoint} (mmi.service answered 404); "
@@ -261,7 +277,7 @@ async def test_bench_loads_a_running_broker_and_reports(domo: StartDomo) -> None
     )
     nothing = f"tcp://127.0.0.1:{_free_port()}"
     no_broker = await run_domo("bench", "--connect", nothing, "--timeout", "0.3")
-    assert no_broker.code == EXIT_TIMEOUT
+    assert no_broker.code == EXIT_UNREACHABLE
     assert f"no broker answered at {nothing} within 0.3 s" in no_broker.stderr
 
 
@@ -276,7 +292,7 @@ async def test_bench_stops_early_when_nothing_is_answered(domo: StartDomo) -> No
         "bench", "stuck", "--connect", endpoint, "--requests", "100000", "--clients", "2",
         "--timeout", "0.3", "--retries", "0", time_limit=30,
     )  # fmt: skip
-    assert done.code == EXIT_TIMEOUT  # nothing was answered
+    assert done.code == EXIT_UNREACHABLE  # nothing was answered
     assert trio.current_time() - started < 15
     assert "domo bench: no reply for 5 s (" in done.stderr
     assert "stopped early" in done.stderr
@@ -526,6 +542,26 @@ async def test_stopping_a_worker_sends_disconnect(domo: StartDomo, signum: signa
     assert (gone_now.code, gone_now.stdout) == (EXIT_NOT_FOUND, "404\n")
 
 
+@pytest.mark.parametrize("command", ["broker", "worker"])
+async def test_a_second_signal_does_not_cut_a_graceful_stop_short(
+    domo: StartDomo, command: str
+) -> None:
+    """SIGINT then SIGTERM at once (Ctrl-C, then an impatient supervisor): the first stops the
+    process gracefully; the second is logged and ignored, instead of being redelivered when the
+    stop ends and killing the process before its last line (exit 143)."""
+    broker, endpoint = await start_broker(domo)
+    worker = await domo("worker", "echo", "--connect", endpoint, *QUICK_BEATS)
+    await broker.line("WorkerRegistered:", "stderr")
+    target = broker if command == "broker" else worker
+    target.signal(signal.SIGINT)
+    target.signal(signal.SIGTERM)
+    assert await target.exit_code() == EXIT_OK
+    assert target.lines()[-1].startswith(f"domo {command}: stopped")
+    log = "\n".join(target.lines("stderr"))
+    assert "SIGINT received, stopping" in log
+    assert "SIGTERM received while stopping; still stopping" in log
+
+
 async def test_worker_stopped_while_busy_hands_the_request_back(domo: StartDomo) -> None:
     """MDP-D-22, MDP-D-08: a worker stopped by SIGTERM while its command runs kills the
     command, sends DISCONNECT and exits 0 at once; the broker re-dispatches the request to
@@ -678,8 +714,121 @@ async def test_a_body_too_large_for_the_heartbeat_is_named(domo: StartDomo) -> N
         "call", "echo", "-", "--connect", endpoint, "--timeout", "8", "--retries", "0", "--raw",
         stdin=b"\0" * 300_000_000, time_limit=90,
     )  # fmt: skip
-    assert done.code == EXIT_TIMEOUT
     assert done.code == EXIT_TIMEOUT, done.stderr  # 300 MB cannot cross loopback in 0.1 s here
     assert "a body of 300 MB may take longer to cross than the broker's liveness" in done.stderr
     hint = await broker.line("while it held a request of 300 MB", "stderr")
     assert "raise --heartbeat-interval (on the broker and its workers)" in hint
+
+
+async def test_defaults_from_the_environment(domo: StartDomo) -> None:
+    """DOMO_ENDPOINT, DOMO_HEARTBEAT_INTERVAL and DOMO_LIVENESS set the defaults of --connect,
+    --heartbeat-interval and --liveness (one setting for every process of a deployment); an
+    option given wins; a bad value is a usage error that names the variable; --help shows it."""
+    broker, endpoint = await start_broker(domo)
+    await start_worker(domo, broker, "echo", "--connect", endpoint)
+    environment = {**os.environ, "DOMO_ENDPOINT": endpoint}
+    with trio.fail_after(20):
+        done = await trio.run_process(
+            [*DOMO, "call", "echo", "hi"], env=environment, capture_stdout=True, check=False
+        )
+    assert (done.returncode, done.stdout) == (0, b"hi\n")
+    wrong = {**environment, "DOMO_ENDPOINT": "tcp://127.0.0.1:1"}  # the option wins over it
+    with trio.fail_after(20):
+        done = await trio.run_process(
+            [*DOMO, "call", "echo", "hi", "--connect", endpoint],
+            env=wrong,
+            capture_stdout=True,
+            check=False,
+        )
+    assert (done.returncode, done.stdout) == (0, b"hi\n")
+    for variable, value in [("DOMO_LIVENESS", "many"), ("DOMO_ENDPOINT", "tcp://nowhere")]:
+        with trio.fail_after(20):
+            bad = await trio.run_process(
+                [*DOMO, "worker", "echo"],
+                env={**os.environ, variable: value},
+                capture_stderr=True,
+                check=False,
+            )
+        assert bad.returncode == EXIT_USAGE
+        assert f"(from {variable})" in bad.stderr.decode()
+    shown = await run_domo("worker", "--help")
+    for variable in ("DOMO_ENDPOINT", "DOMO_HEARTBEAT_INTERVAL", "DOMO_LIVENESS"):
+        assert variable in shown.stdout
+
+
+async def test_json_output_of_call_bench_and_demo(domo: StartDomo) -> None:
+    """--json: `call` writes one JSON line per reply (UTF-8 frames as text, otherwise every
+    frame of that reply in base64); `bench` and `demo` one JSON object with their figures,
+    and nothing else on stdout."""
+    broker, endpoint = await start_broker(domo)
+    await start_worker(domo, broker, "echo", "--connect", endpoint)
+    text = await run_domo("call", "echo", "hé", "two", "--connect", endpoint, "--json")
+    assert text.code == EXIT_OK, text.stderr
+    assert [json.loads(line) for line in text.stdout.splitlines()] == [
+        {"reply": "final", "frames": ["hé", "two"], "encoding": "utf-8"}
+    ]
+    binary = await run_domo(
+        "call", "echo", "-", "plain", "--connect", endpoint, "--json", stdin=b"\xff\x00"
+    )
+    assert json.loads(binary.stdout) == {
+        "reply": "final",
+        "frames": [base64.b64encode(b"\xff\x00").decode(), base64.b64encode(b"plain").decode()],
+        "encoding": "base64",
+    }
+    bench = await run_domo("bench", "--connect", endpoint, "--requests", "30", "--json")
+    assert bench.code == EXIT_OK, bench.stderr
+    figures = json.loads(bench.stdout)
+    assert (figures["command"], figures["requests_done"], figures["failed"]) == ("bench", 30, 0)
+    assert figures["wrong"] == 0
+    assert figures["exit_code"] == EXIT_OK
+    assert 0 < figures["latency_ms"]["p50"] <= figures["latency_ms"]["p99"]
+    demo = await run_domo("demo", "--requests", "40", "--json")
+    assert demo.code == EXIT_OK, demo.stderr
+    record = json.loads(demo.stdout)
+    assert (record["command"], record["requests_done"], sum(record["finals_per_worker"])) == (
+        "demo",
+        40,
+        40,
+    )
+
+
+SILENT_WHILE_BUSY = """
+import sys, time, zmq
+socket = zmq.Context().socket(zmq.DEALER)
+socket.connect(sys.argv[1])
+socket.send_multipart([b"", b"MDPW02", b"\\x01", b"slow"])
+while True:  # heartbeats while idle, as a worker must
+    if socket.poll(100):
+        frames = socket.recv_multipart()
+        if frames[2] == b"\\x02":
+            break
+    socket.send_multipart([b"", b"MDPW02", b"\\x05"])
+time.sleep(1.0)  # works without a HEARTBEAT, as majortomo's worker does
+socket.send_multipart([b"", b"MDPW02", b"\\x04", frames[3], b"", b"done"])
+time.sleep(0.5)
+"""
+
+
+async def test_broker_names_a_worker_silent_while_busy(domo: StartDomo) -> None:
+    """A worker that heartbeats while idle but not while it works expires holding a request and
+    speaks again with its FINAL: the hint names both causes, busy silence first."""
+    broker = await domo(
+        "broker", "--bind", "tcp://127.0.0.1:0", "--heartbeat-interval", "0.1", "--liveness", "3"
+    )
+    endpoint = await broker.endpoint()
+    with trio.fail_after(20):
+        worker = await trio.lowlevel.open_process(
+            [sys.executable, "-c", SILENT_WHILE_BUSY, endpoint]
+        )
+        try:
+            await broker.line("WorkerRegistered:", "stderr")
+            call = await run_domo(
+                "call", "slow", "x", "--connect", endpoint, "--timeout", "3", "--retries", "0"
+            )
+            hint = await broker.line("spoke again after it expired", "stderr", time_limit=15)
+        finally:
+            worker.kill()
+            await worker.wait()
+    assert "while it held a request" in hint
+    assert "must keep sending HEARTBEAT while it works (MDP-H-04" in hint
+    assert call.code == EXIT_TIMEOUT  # the request went back to the queue: no worker left

@@ -20,7 +20,7 @@ def _domo(*argv: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_finds_replays_and_exits_1(planted: Callable[[str], str], tmp_path: Path) -> None:
+def test_finds_replays_and_exits_7(planted: Callable[[str], str], tmp_path: Path) -> None:
     endpoint = planted("ignore-disconnect")
     common = ["--heartbeat-interval", str(INTERVAL), "--liveness", "3"]
     found = _domo(
@@ -37,20 +37,20 @@ def test_finds_replays_and_exits_1(planted: Callable[[str], str], tmp_path: Path
         "--findings-dir",
         str(tmp_path),
     )
-    assert found.returncode == 1, found.stderr
+    assert found.returncode == 7, found.stderr
     assert "MDP-W-13:" in found.stdout
     assert "scenario:" in found.stdout
     assert "\r" not in found.stderr  # stderr is a pipe here: no progress line for a log
     assert "examples, " not in found.stderr
     replay_file = tmp_path / "broker-MDP-W-13.json"
     again = _domo("fuzz", endpoint, "--replay", str(replay_file))
-    assert again.returncode == 1, again.stderr
+    assert again.returncode == 7, again.stderr
     assert "MDP-W-13:" in again.stdout
 
 
 def test_unreachable_and_usage_errors(tmp_path: Path) -> None:
     unreachable = _domo("fuzz", "tcp://127.0.0.1:9", "--heartbeat-interval", "0.1")
-    assert unreachable.returncode == 3
+    assert unreachable.returncode == 9
     assert "unreachable" in unreachable.stderr
     missing = _domo("fuzz", "tcp://127.0.0.1:9", "--replay", str(tmp_path / "none.json"))
     assert missing.returncode == 2
@@ -59,7 +59,7 @@ def test_unreachable_and_usage_errors(tmp_path: Path) -> None:
 
 def test_worker_target_with_exec_finds_and_replays(tmp_path: Path) -> None:
     """`domo fuzz --target worker --exec CMD` as typed: it binds, starts the worker, finds the
-    planted flaw, exits 1; the replay file runs again with --replay and the same --exec."""
+    planted flaw, exits 7; the replay file runs again with --replay and the same --exec."""
     planted = Path(__file__).with_name("planted_peers.py")
     command = f"{sys.executable} {planted} worker final-without-request {{endpoint}} {INTERVAL} 3"
     common = ["--target", "worker", "tcp://127.0.0.1:0", "--exec", command]
@@ -74,7 +74,7 @@ def test_worker_target_with_exec_finds_and_replays(tmp_path: Path) -> None:
         "--findings-dir",
         str(tmp_path),
     )
-    assert found.returncode == 1, found.stderr
+    assert found.returncode == 7, found.stderr
     assert "MDP-R-01:" in found.stdout
     assert "domo fuzz: worker:" in found.stdout
     replay_file = tmp_path / "worker-MDP-R-01.json"
@@ -84,7 +84,7 @@ def test_worker_target_with_exec_finds_and_replays(tmp_path: Path) -> None:
     )
     # The file says which target it is for: no --target needed.
     again = _domo("fuzz", *common[2:], "--replay", str(replay_file))
-    assert again.returncode == 1, again.stderr
+    assert again.returncode == 7, again.stderr
     assert "MDP-R-01:" in again.stdout
 
 
@@ -105,7 +105,7 @@ def test_peer_target_usage_errors(tmp_path: Path) -> None:
         "fuzz", "--target", "worker", "tcp://127.0.0.1:0", "--exec", "true",
         "--heartbeat-interval", "0.1",
     )  # fmt: skip
-    assert exits.returncode == 3
+    assert exits.returncode == 9
     assert "no MDP/0.2 worker: 'true' exited with code 0" in exits.stderr
 
 
@@ -119,7 +119,7 @@ def test_fresh_seed_coverage_and_timing_are_printed(
     runs = [_domo(*argv, "--findings-dir", str(tmp_path)) for _ in range(2)]
     seeds = []
     for run in runs:
-        assert run.returncode in (0, 1), run.stderr
+        assert run.returncode in (0, 7), run.stderr
         match = re.search(r"domo fuzz: seed (\d+) \(--seed \1 repeats this search\)", run.stderr)
         assert match, run.stderr
         seeds.append(match.group(1))
@@ -156,7 +156,7 @@ def test_the_intervals_differ(start_broker: Callable[[list[str]], str], tmp_path
         "fuzz", endpoint, "--heartbeat-interval", str(INTERVAL), "--time-budget", "5",
         "--findings-dir", str(tmp_path),
     )  # fmt: skip
-    assert run.returncode == 1, run.stdout + run.stderr
+    assert run.returncode == 7, run.stdout + run.stderr
     assert re.search(r"the intervals differ: broker 0\.\d+ s, fuzzer 0\.1 s", run.stdout), (
         run.stdout
     )

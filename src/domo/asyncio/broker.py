@@ -38,7 +38,8 @@ from ._socket import AsyncConnection
 __all__ = ["serve_broker"]
 
 logger = logging.getLogger("domo.broker")
-BATCH = 256
+BATCH = 256  # messages handled per wake-up before other tasks get a turn
+SLICE = 4  # messages handled between two flushes: replies never wait behind a flood (fairness)
 
 
 async def serve_broker(
@@ -88,9 +89,10 @@ async def serve_broker(
         receive = broker.receive
         while True:
             await router.wait(broker.next_deadline())
+            budget = BATCH
             while True:  # drain: re-read after each flush, replies are often there by then
                 now = max(loop.time(), broker.now)
-                messages = router.receive(BATCH)
+                messages = router.receive(SLICE)
                 for peer, *frames in messages:
                     emit(receive(peer, frames, now, connection))
                 if not messages:
@@ -101,6 +103,10 @@ async def serve_broker(
                     flush_router(broker, router, now, emit)
                 if not messages:
                     break
+                budget -= len(messages)
+                if budget <= 0:  # a flood must not starve the loop's other tasks
+                    budget = BATCH
+                    await asyncio.sleep(0)
 
     try:
         try:

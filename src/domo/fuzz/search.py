@@ -210,7 +210,7 @@ def fuzz(options: FuzzOptions, progress: TextIO | None = sys.stderr) -> FuzzResu
         try:
             first = run.first_probe()
         except NeverServed as never:
-            # No scenario can run; what it sent instead is the finding (exit 1, not 3).
+            # No scenario can run; what it sent instead is the finding (exit 7, not 9).
             first = never.violations
             result.never_served = str(never)
             options = replace(options, examples=0)

@@ -17,6 +17,7 @@ from __future__ import annotations
 from . import events, mdp
 from .broker import Broker, BrokerConfig, PeerState, RequestView, ServiceView, WorkerView
 from .client import ClientConfig, ClientSession, ClientState
+from .dispatch import RequestState
 from .errors import LocalProtocolError, MalformedMessage
 from .worker import WorkerConfig, WorkerSession, WorkerState
 
@@ -29,6 +30,7 @@ __all__ = [
     "LocalProtocolError",
     "MalformedMessage",
     "PeerState",
+    "RequestState",
     "RequestView",
     "ServiceView",
     "WorkerConfig",

@@ -24,7 +24,18 @@ from .errors import LocalProtocolError, MalformedMessage
 
 __all__ = [
     "CLIENT_HEADER",
+    "C_FINAL",
+    "C_PARTIAL",
+    "C_REQUEST",
+    "DISCONNECT_FRAMES",
+    "HEARTBEAT_FRAMES",
     "WORKER_HEADER",
+    "W_DISCONNECT",
+    "W_FINAL",
+    "W_HEARTBEAT",
+    "W_PARTIAL",
+    "W_READY",
+    "W_REQUEST",
     "BodyFrame",
     "ClientCommand",
     "ClientFinal",
@@ -40,6 +51,11 @@ __all__ = [
     "WorkerPartial",
     "WorkerReady",
     "WorkerRequest",
+    "check_body",
+    "check_service",
+    "client_final_frames",
+    "client_partial_frames",
+    "client_request_frames",
     "encode",
     "is_valid_address",
     "is_valid_service",
@@ -48,6 +64,10 @@ __all__ = [
     "parse_worker",
     "validate_client",
     "validate_worker",
+    "worker_final_frames",
+    "worker_partial_frames",
+    "worker_ready_frames",
+    "worker_request_frames",
 ]
 
 Frames: TypeAlias = tuple[bytes, ...]

@@ -26,7 +26,6 @@ from .errors import (
     DomoError,
     RemoteError,
     RequestError,
-    RequestFailed,
     RequestTimeout,
 )
 from .worker import Body, Handler, Partial, WorkerConfig, run_worker
@@ -46,7 +45,6 @@ __all__ = [
     "Reply",
     "ReplyStream",
     "RequestError",
-    "RequestFailed",
     "RequestTimeout",
     "Transport",
     "WorkerConfig",

@@ -4,7 +4,8 @@ A pump sleeps in one place, ``Connection.wait``, bounded by the machine's ``next
 (through one cancel scope per deadline, not one per wait); when it wakes it reads the time with
 ``trio.current_time()`` (so a ``MockClock`` applies), feeds the ready messages to the machine,
 ticks it and flushes its outbox without blocking (the broker's pump repeats this while messages
-keep coming, up to ``BATCH`` of them per checkpoint).
+keep coming, flushing after every ``SLICE`` messages so that a reply never waits behind a
+flood, up to ``BATCH`` of them per checkpoint).
 
 Other tasks call a session through ``SessionPump.call``. While the pump sleeps on the socket
 with nothing of its own to send, the caller sends what the call queued itself, then reads the
@@ -44,6 +45,7 @@ from ._transport import SENT, Connection
 __all__ = ["BATCH", "RouterPump", "SessionPump", "flush_router", "log_event", "pump_router"]
 
 BATCH = 256  # messages handled per wake-up: one checkpoint per batch, and a flood can't hog us
+SLICE = 4  # messages handled between two flushes: replies never wait behind a flood (fairness)
 
 E = TypeVar("E")
 
@@ -109,15 +111,15 @@ class RouterPump:
                     if deadline is not None and deadline < scope.deadline:
                         scope.deadline = deadline
                     await conn.wait(False)
-                    # Drain: up to BATCH messages per checkpoint, re-reading the socket after
-                    # each flush, since replies to what was just sent (or other peers'
-                    # messages) are often there by then; a wake-up is far dearer than a
-                    # message. An empty read means the socket is empty: back to ``wait``,
-                    # which re-arms the edge-triggered FD before sleeping.
+                    # Drain: up to BATCH messages per checkpoint, SLICE between two flushes,
+                    # re-reading the socket after each flush, since replies to what was just
+                    # sent (or other peers' messages) are often there by then; a wake-up is far
+                    # dearer than a message. An empty read means the socket is empty: back to
+                    # ``wait``, which re-arms the edge-triggered FD before sleeping.
                     budget = BATCH
                     while True:
                         now = trio.current_time()
-                        messages = conn.receive(budget)
+                        messages = conn.receive(min(budget, SLICE))
                         for message in messages:
                             peer = message[0]
                             assert isinstance(peer, bytes)  # a routing id: 255 bytes at most

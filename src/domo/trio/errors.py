@@ -2,9 +2,9 @@
 
 ``DomoError`` is the root. A request that does not end with a FINAL raises ``RequestError``
 (``RequestTimeout`` when the client session gave up after its retries); a FINAL that carries a
-worker's handler error (MDP-D-23) raises ``RemoteError``. ``RequestFailed`` is the old name of
-``RequestError``, kept as an alias; it is deprecated because the core's event of that name
-(``domo.protocol.events.RequestFailed``) is not an exception.
+worker's handler error (MDP-D-23) raises ``RemoteError``. (``RequestError`` was once named
+``RequestFailed``; that name is the core's event, ``domo.protocol.events.RequestFailed``, and no
+exception has it any more.)
 """
 
 from __future__ import annotations
@@ -26,10 +26,7 @@ __all__ = [
     "DomoError",
     "RemoteError",
     "RequestError",
-    "RequestFailed",
     "RequestTimeout",
     "error_body",
     "parse_error_body",
 ]
-
-RequestFailed = RequestError  # deprecated alias (see the module docstring)

@@ -1,0 +1,1 @@
+domo broker --bind tcp://127.0.0.1:5555

@@ -1,0 +1,249 @@
+"""Prometheus metrics for a broker, built from its events (``pip install 'domo[metrics]'``).
+
+``BrokerMetrics.on_event`` takes every event of the core (pass it as ``serve_broker``'s
+``on_event``, or call it from yours) and keeps, in a ``prometheus_client`` registry of its own:
+
+- ``domo_requests_received_total{service}``; ``domo_requests_total{service,outcome}`` with
+  outcome ``completed``, ``expired`` or ``dropped``;
+  ``domo_requests_dropped_total{service,reason}``;
+- ``domo_request_latency_seconds{service}`` (received to FINAL forwarded) and
+  ``domo_queue_wait_seconds{service}`` (queued to dispatched), histograms;
+- ``domo_redispatches_total{service}``, ``domo_partials_total{service}``;
+- ``domo_workers{service,state}`` (state ``idle`` or ``busy``) and
+  ``domo_queued_requests{service}``, gauges that follow the events (registered, dispatched,
+  completed, lost);
+- ``domo_worker_losses_total{reason}`` and ``domo_violations_total{rule}``.
+
+Label values are bounded, so a peer cannot grow the registry without limit: a service becomes a
+label once a worker has registered for it (requests for services nobody serves count under
+``service="(none)"``), rules and reasons are the spec's fixed sets.
+
+``serve_metrics(address, metrics)`` starts prometheus_client's HTTP server on a thread (what
+``domo broker --metrics HOST:PORT`` does); ``read_status(url)`` reads such an endpoint back
+into a ``Status`` for ``domo status``.
+"""
+
+from __future__ import annotations
+
+import urllib.request
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from domo.protocol.events import (
+    BrokerEvent,
+    MessageDropped,
+    PartialForwarded,
+    ProtocolViolation,
+    RequestCompleted,
+    RequestDispatched,
+    RequestDropped,
+    RequestExpired,
+    RequestQueued,
+    RequestRedispatched,
+    WorkerDisconnected,
+    WorkerExpired,
+    WorkerRegistered,
+)
+
+__all__ = ["NO_SERVICE", "BrokerMetrics", "ServiceStatus", "Status", "read_status", "serve_metrics"]
+
+NO_SERVICE: Final = "(none)"  # the label of requests for a service no worker ever served
+LATENCY_BUCKETS: Final = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
+                          2.5, 5.0, 10.0, 30.0, 60.0)  # fmt: skip
+# A request dropped for these reasons stays with its worker until the worker's FINAL comes
+# (dropped then, MessageDropped) or the worker is lost: the worker is busy meanwhile.
+WORKER_CARRIES_ON: Final = frozenset({"client-unreachable", "client-congested"})
+MAX_SERVICES: Final = 1000  # distinct service labels; later services count under NO_SERVICE
+
+
+def _text(name: bytes) -> str:
+    return name.decode("utf-8", "replace")
+
+
+class BrokerMetrics:
+    """The broker's metrics, fed by its events; ``registry`` is what an exporter serves."""
+
+    def __init__(self) -> None:
+        from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.received = Counter(
+            "domo_requests_received", "Requests accepted", ["service"], registry=r
+        )
+        self.outcomes = Counter(
+            "domo_requests", "Requests ended, by outcome", ["service", "outcome"], registry=r
+        )
+        self.dropped = Counter(
+            "domo_requests_dropped", "Requests dropped, by reason", ["service", "reason"],
+            registry=r,
+        )  # fmt: skip
+        self.latency = Histogram(
+            "domo_request_latency_seconds", "From request received to FINAL forwarded",
+            ["service"], buckets=LATENCY_BUCKETS, registry=r,
+        )  # fmt: skip
+        self.queue_wait = Histogram(
+            "domo_queue_wait_seconds", "From request queued to dispatched to a worker",
+            ["service"], buckets=LATENCY_BUCKETS, registry=r,
+        )  # fmt: skip
+        self.redispatches = Counter(
+            "domo_redispatches", "Requests sent back to their queue after their worker was lost",
+            ["service"], registry=r,
+        )  # fmt: skip
+        self.partials = Counter(
+            "domo_partials", "PARTIAL replies forwarded", ["service"], registry=r
+        )
+        self.workers = Gauge(
+            "domo_workers", "Registered workers, by state", ["service", "state"], registry=r
+        )
+        self.queued = Gauge(
+            "domo_queued_requests", "Requests waiting for a worker", ["service"], registry=r
+        )
+        self.worker_losses = Counter(
+            "domo_worker_losses", "Workers gone, by reason", ["reason"], registry=r
+        )
+        self.violations = Counter(
+            "domo_violations", "Protocol violations by peers, by rule", ["rule"], registry=r
+        )
+        self._services: set[bytes] = set()  # the services that may be a label
+        self._busy: dict[bytes, bytes] = {}  # busy worker -> its service label source
+        self._waiting: dict[int, str] = {}  # queued request id -> service label
+
+    def _service(self, name: bytes) -> str:
+        return _text(name) if name in self._services else NO_SERVICE
+
+    def on_event(self, event: BrokerEvent) -> None:
+        """Count one event of the core (call it for every event, in order)."""
+        if isinstance(event, RequestQueued):
+            service = self._service(event.service)
+            self.received.labels(service).inc()
+            self._waiting[event.request_id] = service
+            self.queued.labels(service).inc()
+        elif isinstance(event, RequestDispatched):
+            service = self._service(event.service)
+            self._leave_queue(event.request_id)
+            self.queue_wait.labels(service).observe(event.waited)
+            self._worker_freed(event.worker)  # still busy with a request whose client left
+            self._busy[event.worker] = event.service
+            self.workers.labels(service, "idle").dec()
+            self.workers.labels(service, "busy").inc()
+        elif isinstance(event, RequestCompleted):
+            service = self._service(event.service)
+            self.outcomes.labels(service, "completed").inc()
+            self.latency.labels(service).observe(event.elapsed)
+            self._worker_freed(event.worker)
+        elif isinstance(event, PartialForwarded):
+            self.partials.labels(self._service(event.service)).inc()
+        elif isinstance(event, RequestRedispatched):
+            service = self._service(event.service)
+            self.redispatches.labels(service).inc()
+            self._waiting[event.request_id] = service
+            self.queued.labels(service).inc()
+        elif isinstance(event, RequestExpired):
+            self._leave_queue(event.request_id)
+            self.outcomes.labels(self._service(event.service), "expired").inc()
+        elif isinstance(event, RequestDropped):
+            service = self._service(event.service)
+            self._leave_queue(event.request_id)
+            self.outcomes.labels(service, "dropped").inc()
+            self.dropped.labels(service, event.reason).inc()
+            if event.worker is not None and event.reason not in WORKER_CARRIES_ON:
+                self._worker_freed(event.worker)
+        elif isinstance(event, MessageDropped):
+            if event.peer in self._busy and event.reason.startswith("FINAL"):
+                self._worker_freed(event.peer)  # the FINAL of a request whose client left
+        elif isinstance(event, WorkerRegistered):
+            if len(self._services) < MAX_SERVICES:
+                self._services.add(event.service)
+            self.workers.labels(self._service(event.service), "idle").inc()
+        elif isinstance(event, WorkerExpired | WorkerDisconnected):
+            reason = "expired" if isinstance(event, WorkerExpired) else event.reason
+            self.worker_losses.labels(reason).inc()
+            state = "busy" if self._busy.pop(event.worker, None) is not None else "idle"
+            self.workers.labels(self._service(event.service), state).dec()
+        elif isinstance(event, ProtocolViolation):
+            self.violations.labels(event.rule).inc()
+
+    def _leave_queue(self, request_id: int) -> None:
+        service = self._waiting.pop(request_id, None)
+        if service is not None:
+            self.queued.labels(service).dec()
+
+    def _worker_freed(self, worker: bytes) -> None:
+        service = self._busy.pop(worker, None)
+        if service is not None:
+            label = self._service(service)
+            self.workers.labels(label, "busy").dec()
+            self.workers.labels(label, "idle").inc()
+
+
+def serve_metrics(address: str, metrics: BrokerMetrics) -> tuple[str, int]:
+    """Serve ``metrics`` over HTTP at ``address`` (``HOST:PORT``; port 0 picks a free one) on a
+    daemon thread; returns the host and port bound. Raises ``OSError`` if it cannot bind."""
+    from prometheus_client import start_http_server
+
+    host, _, port = address.rpartition(":")
+    server, _thread = start_http_server(
+        int(port), addr=host or "127.0.0.1", registry=metrics.registry
+    )
+    bound_host, bound_port = server.server_address[:2]
+    return str(bound_host), int(bound_port)
+
+
+@dataclass
+class ServiceStatus:
+    """One service's line of ``domo status``."""
+
+    name: str
+    idle: int = 0
+    busy: int = 0
+    queued: int = 0
+    completed: int = 0
+    expired: int = 0
+    dropped: int = 0
+
+
+@dataclass
+class Status:
+    """What ``domo status`` shows, read from a broker's metrics endpoint."""
+
+    services: dict[str, ServiceStatus] = field(default_factory=dict)
+    violations: dict[str, int] = field(default_factory=dict)
+    worker_losses: dict[str, int] = field(default_factory=dict)
+
+    def service(self, name: str) -> ServiceStatus:
+        return self.services.setdefault(name, ServiceStatus(name))
+
+
+def read_status(url: str, timeout: float = 5.0) -> Status:
+    """Fetch ``url`` (a broker's ``--metrics`` endpoint) and sum it up; raises ``OSError`` if
+    it cannot be read, ``ValueError`` if it is not a domo broker's metrics."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(url, timeout=timeout) as response:
+        text = response.read().decode("utf-8")
+    status = Status()
+    seen = False
+    for family in text_string_to_metric_families(text):
+        seen = seen or family.name.startswith("domo_")
+        for sample in family.samples:
+            labels: dict[str, Any] = sample.labels
+            value = int(sample.value)
+            if sample.name == "domo_workers":
+                line = status.service(labels["service"])
+                if labels["state"] == "busy":
+                    line.busy = value
+                else:
+                    line.idle = value
+            elif sample.name == "domo_queued_requests":
+                status.service(labels["service"]).queued = value
+            elif sample.name == "domo_requests_total":
+                line = status.service(labels["service"])
+                setattr(line, labels["outcome"], value)
+            elif sample.name == "domo_violations_total":
+                status.violations[labels["rule"]] = value
+            elif sample.name == "domo_worker_losses_total":
+                status.worker_losses[labels["reason"]] = value
+    if not seen:
+        raise ValueError(f"{url} serves no domo broker metrics")
+    return status
