@@ -68,9 +68,9 @@ def broker_cycle(cycles: int, family: bool = False, dialect: bool = False) -> Ca
     def setup() -> Callable[[], None]:
         core = _broker_with_workers(WORKERS)
         broker: Broker | FamilyBroker = core
+        layered = FamilyBroker(core.config)
+        layered.core = core  # the same registered workers, behind the family layer
         if family:
-            layered = FamilyBroker(core.config)
-            layered.core = core  # the same registered workers, behind the family layer
             broker = layered
         plan = []
         for index in range(cycles):
@@ -83,11 +83,12 @@ def broker_cycle(cycles: int, family: bool = False, dialect: bool = False) -> Ca
                 key = client
             final = mdp.worker_final_frames(key, BODY)
             plan.append((client, key, request, final))
-        receive, take, flushed = broker.receive, broker.take_outgoing, broker.flushed
+        receive = broker.receive
         reply_code = b"MDPC01" if dialect else mdp.C_FINAL
 
         def body() -> None:
             now = 1.0
+            take, flushed = core.take_outgoing, core.flushed
             for client, key, request, final in plan:
                 now += STEP
                 receive(client, request, now)
@@ -101,7 +102,24 @@ def broker_cycle(cycles: int, family: bool = False, dialect: bool = False) -> Ca
             if core.requests():
                 raise AssertionError("requests left outstanding")
 
-        return body
+        def family_body() -> None:
+            # FamilyBroker's outbox: (connection, routing id, frames), each on connection 0.
+            now = 1.0
+            take, flushed = layered.take_outgoing, layered.flushed
+            for client, key, request, final in plan:
+                now += STEP
+                receive(client, request, now)
+                [(_, worker, _)] = take()
+                receive(worker, final, now)
+                [(connection, to, reply)] = take()
+                if connection != 0 or to != client or reply[1] != reply_code:
+                    raise AssertionError(f"unexpected reply {reply!r} to {to!r}")
+                if len(flushed()) != 1:  # the FINAL was sent: the request is completed
+                    raise AssertionError(f"request to {key!r} not completed")
+            if core.requests():
+                raise AssertionError("requests left outstanding")
+
+        return family_body if family else body
 
     name = "broker: request cycle, 100 workers, 10 services"
     if family:

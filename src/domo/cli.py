@@ -311,14 +311,34 @@ def _subcommand(
     return sub
 
 
+class _AppendDistinctEndpoint(argparse.Action):
+    """``--bind``, repeatable: each endpoint once. The same endpoint twice would be an address
+    in use for tcp:// and inproc://, but a second ipc:// bind silently takes the path over from
+    the first socket. A port the system picks (``:0``, ``:*``) may be asked for again."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: object,
+        option_string: str | None = None,
+    ) -> None:
+        assert isinstance(values, str)
+        given: list[str] = list(getattr(namespace, self.dest, None) or [])
+        if values in given and not values.endswith((":0", ":*")):
+            raise argparse.ArgumentError(self, f"{values} is given twice")
+        setattr(namespace, self.dest, [*given, values])
+
+
 def _add_broker(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     defaults = BrokerConfig()
     sub = _subcommand(
         commands,
         "broker",
         "run an MDP/0.2 broker",
-        "Run an MDP/0.2 broker: one ROUTER socket for clients and workers, bound to every "
-        "--bind endpoint. Prints each bound endpoint on stdout ('domo broker: listening on "
+        "Run an MDP/0.2 broker: one ROUTER socket per --bind endpoint (give --bind several "
+        "times for several), for clients and workers alike; a client on one endpoint is served "
+        "by workers on any. Prints each bound endpoint on stdout ('domo broker: listening on "
         "ENDPOINT'), then logs workers coming and going on stderr. SIGINT or SIGTERM stops it: "
         "every worker is sent DISCONNECT, and it exits 0.",
         _broker,
@@ -327,11 +347,11 @@ def _add_broker(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
     )
     sub.add_argument(
         "--bind",
-        action="append",
+        action=_AppendDistinctEndpoint,
         metavar="ENDPOINT",
         type=partial(_endpoint, BIND_SCHEMES),
-        help=f"endpoint to bind; repeat for several (tcp://, ipc://, inproc://); a tcp port of "
-        f"0 picks a free one (default: {DEFAULT_ENDPOINT})",
+        help=f"endpoint to bind, one socket each; repeat for several (tcp://, ipc://, "
+        f"inproc://); a tcp port of 0 picks a free one (default: {DEFAULT_ENDPOINT})",
     )
     _add_heartbeat_options(sub, defaults.heartbeat_interval, defaults.liveness)
     sub.add_argument(

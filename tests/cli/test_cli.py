@@ -157,6 +157,7 @@ async def test_version_from_the_installed_console_script() -> None:
         (["fuzz", "tcp://127.0.0.1:65536"], "must be from 0 (any free port) to 65535"),
         (["fuzz", "tcp://127.0.0.1:0"], "a port chosen by the system is for binding only"),
         (["broker", "--bind", "udp://127.0.0.1:1"], "use tcp://, ipc://, inproc://"),
+        (["broker", "--bind", "ipc:///tmp/x", "--bind", "ipc:///tmp/x"], "is given twice"),
         (["broker", "--liveness", "0"], "argument --liveness: must be at least 1, got 0"),
         (["broker", "--heartbeat-interval", "nan"], "must be a positive number"),
         (["worker", "thing"], "no handler for 'thing': give --exec CMD"),

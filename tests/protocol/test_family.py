@@ -33,9 +33,10 @@ Out = list[tuple[bytes, tuple[bytes, ...]]]
 
 def out(broker: FamilyBroker) -> Out:
     """What the broker sends, as a runtime's flush takes it (``flushed`` included, MDP-D-24)."""
-    sent = [(peer, plain(frames)) for peer, frames in broker.take_outgoing()]
+    sent = broker.take_outgoing()
+    assert all(connection == 0 for connection, _, _ in sent)  # one socket: connection 0
     broker.flushed()
-    return sent
+    return [(peer, plain(frames)) for _, peer, frames in sent]
 
 
 def worker_address(sent: tuple[bytes, ...], header_at: int) -> bytes:
@@ -111,7 +112,7 @@ def test_mdp01_req_client_served_by_mdp02_worker_with_partials_withheld() -> Non
     assert [type(e) for e in events] == [PartialForwarded]
     assert out(broker) == []  # MDP01-05: a REQ socket takes one reply
     assert broker.receive(b"W", [W02, b"\x04", client, b"", b"ONE", b"TWO"], 0.3) == []
-    assert [plain(f) for _, f in broker.take_outgoing()] == [(b"", C01, b"echo", b"ONE", b"TWO")]
+    assert [plain(f) for _, _, f in broker.take_outgoing()] == [(b"", C01, b"echo", b"ONE", b"TWO")]
     assert [type(e) for e in broker.flushed()] == [RequestCompleted]  # sent: done (MDP-D-24)
     assert broker.keys() == 0  # REQREP-06: forgotten once done
 
@@ -287,8 +288,8 @@ def test_mdp02_peers_pass_untouched_and_keys_are_deterministic() -> None:
     assert events == [WorkerRegistered(b"W", b"echo", 0.0)]
     body = memoryview(b"z" * 70000)
     broker.receive(b"C", [C02, b"\x01", b"echo", body], 0.1)
-    [(to, request)] = broker.take_outgoing()
-    assert to == b"W"
+    [(connection, to, request)] = broker.take_outgoing()
+    assert (connection, to) == (0, b"W")
     assert request[4] is body  # MDP-S-03: the very object, no copy
     assert broker.keys() == 0
     assert peer_key(b"a", (b"b",), Dialect.MDP01) != peer_key(b"ab", (), Dialect.MDP01)
@@ -336,7 +337,7 @@ def test_a_failed_send_behind_a_proxy_names_the_right_request() -> None:
     broker.receive(b"W1", [W02, b"\x04", key[b"1"], b"", b"one"], 0.2)
     broker.receive(b"W2", [W02, b"\x04", key[b"2"], b"", b"two"], 0.2)
     outbox = broker.take_outgoing()
-    assert [plain(frames)[0] for _, frames in outbox] == [b"c1", b"c2"]
+    assert [plain(frames)[0] for _, _, frames in outbox] == [b"c1", b"c2"]
     events = broker.peer_congested(b"P", 0.2, unsent=1)
     dropped = [e for e in events if isinstance(e, RequestDropped)]
     assert [(e.client, e.reason, e.rule) for e in dropped] == [

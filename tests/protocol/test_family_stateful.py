@@ -148,7 +148,8 @@ class FamilyMachine(RuleBasedStateMachine):
             wire = expected_wire(peer, plain)
             if wire is not None:
                 expected.append((peer.routing_id, wire))
-        assert [(to, tuple(bytes(f) for f in fr)) for to, fr in sent] == expected
+        assert [(to, tuple(bytes(f) for f in fr)) for _, to, fr in sent] == expected
+        assert all(connection == 0 for connection, _, _ in sent)
         # Everything was sent: the FINALs complete in both (MDP-D-24).
         family_done: list[BrokerEvent] = [*self.family.flushed()]
         model_done: list[BrokerEvent] = [*self.model.flushed()]

@@ -91,6 +91,10 @@ class Runtime(Protocol):
         self, endpoint: str, config: BrokerConfig, on_event: Events | None = None
     ) -> tuple[str, Running]: ...
 
+    def broker_on(
+        self, endpoints: Sequence[str], config: BrokerConfig, on_event: Events | None = None
+    ) -> tuple[list[str], Running]: ...
+
     def worker(
         self,
         endpoint: str,
@@ -177,6 +181,19 @@ class TrioRuntime:
 
         running = self.spawn(serve)
         return running.result[0], running  # type: ignore[attr-defined]
+
+    def broker_on(
+        self, endpoints: Sequence[str], config: BrokerConfig, on_event: Events | None = None
+    ) -> tuple[list[str], Running]:
+        """A broker bound to every endpoint (one ROUTER each); the endpoints as bound."""
+
+        async def serve(task_status: trio.TaskStatus[list[str]]) -> None:
+            await domo.trio.serve_broker(
+                *endpoints, config=config, on_event=on_event, task_status=task_status
+            )
+
+        running = self.spawn(serve)
+        return running.result, running  # type: ignore[attr-defined]
 
     def worker(
         self,
@@ -337,6 +354,22 @@ class AsyncioRuntime:
         running = self.spawn(serve)
         return started.result(LIMIT)[0], running
 
+    def broker_on(
+        self, endpoints: Sequence[str], config: BrokerConfig, on_event: Events | None = None
+    ) -> tuple[list[str], Running]:
+        """A broker bound to every endpoint (one ROUTER each); the endpoints as bound."""
+        started: concurrent.futures.Future[list[str]] = concurrent.futures.Future()
+
+        async def serve() -> None:
+            bound: asyncio.Future[list[str]] = asyncio.get_running_loop().create_future()
+            bound.add_done_callback(lambda f: started.set_result(f.result()))
+            await domo.asyncio.serve_broker(
+                *endpoints, config=config, on_event=on_event, started=bound
+            )
+
+        running = self.spawn(serve)
+        return started.result(LIMIT), running
+
     def worker(
         self,
         endpoint: str,
@@ -396,6 +429,11 @@ class SyncRuntime:
         self, endpoint: str, config: BrokerConfig, on_event: Events | None = None
     ) -> tuple[str, Running]:
         return self._trio.broker(endpoint, config, on_event)
+
+    def broker_on(
+        self, endpoints: Sequence[str], config: BrokerConfig, on_event: Events | None = None
+    ) -> tuple[list[str], Running]:
+        return self._trio.broker_on(endpoints, config, on_event)
 
     def worker(
         self,

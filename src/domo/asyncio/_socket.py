@@ -44,6 +44,7 @@ class AsyncConnection:
         self._fd: int = self.socket.getsockopt(zmq.FD)  # type: ignore[assignment]
         self._loop = asyncio.get_running_loop()
         self._waiter: asyncio.Future[None] | None = None
+        self._interrupted = False  # ``interrupt`` was called: the next ``wait`` returns at once
         # Registered once, not per wait (that is two epoll_ctl calls a wait).
         self._loop.add_reader(self._fd, self._readable)
 
@@ -62,13 +63,15 @@ class AsyncConnection:
     async def wait(self, deadline: float | None, writable: bool = False) -> bool:
         """Until a message is ready (or, if ``writable``, room to send) or ``deadline``.
 
-        True if the socket is ready (or was closed meanwhile); False at the deadline.
-        Cancellation-safe: it takes nothing from the socket.
+        True if the socket is ready (or was closed, or ``interrupt`` called, meanwhile); False at
+        the deadline. Cancellation-safe: it takes nothing from the socket.
         """
         mask = _POLLIN | _POLLOUT if writable else _POLLIN
         socket = self.socket
         loop = self._loop
         while not socket.closed and not _get(socket, _EVENTS) & mask:
+            if self._interrupted:
+                break
             # EVENTS was just read, which re-arms the edge: wait for the FD with no call on
             # the socket in between.
             waiter = self._waiter = loop.create_future()
@@ -82,6 +85,7 @@ class AsyncConnection:
                 return False
             finally:
                 self._waiter = None
+        self._interrupted = False
         return True
 
     def receive(self, limit: int) -> list[list[bytes]]:
@@ -132,15 +136,25 @@ class AsyncConnection:
         if waiter is not None:
             _wake(waiter)
 
+    def interrupt(self) -> None:
+        """Make the task waiting on this socket (or the next to wait) return from ``wait``:
+        it has work that is not on the socket (a broker's messages queued for it)."""
+        self._interrupted = True
+        self.wake()
+
     def close(self, linger: float) -> None:
-        waiter = self._waiter
-        if waiter is not None:
-            _wake(waiter)
+        # The socket first: waking a waiter can fail (its loop closed, when an abandoned task
+        # is finalized), and an open socket would block its context's termination for ever.
         if not self.socket.closed:
             self._loop.remove_reader(self._fd)
             self.socket.close(linger=int(linger * 1000))
+        waiter = self._waiter
+        if waiter is not None:
+            _wake(waiter)
 
 
 def _wake(waiter: asyncio.Future[None]) -> None:
-    if not waiter.done():
+    # A waiter of a closed loop belongs to a task that will never run again (it is being
+    # finalized): there is nobody to wake, and set_result would raise.
+    if not waiter.done() and not waiter.get_loop().is_closed():
         waiter.set_result(None)

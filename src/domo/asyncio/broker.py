@@ -1,13 +1,15 @@
-"""``serve_broker``: the broker core on one pyzmq ROUTER, as an asyncio task.
+"""``serve_broker``: the broker core on pyzmq ROUTERs, one per endpoint, as an asyncio task.
 
 It serves MDP/0.2 and the family's other dialects, as ``domo.trio.serve_broker`` does. Thin on
-purpose: every decision is the core's (``domo.protocol.family.FamilyBroker``); this loop awaits
-the next message bounded by the broker's next deadline, drains what else is ready, ticks, and
-flushes with ``domo.runtime.flush_router`` (a full or vanished peer is reported to the core,
-MDP-D-15). The ROUTER sets ``ROUTER_MANDATORY`` so that nothing is dropped silently. Cancelling
-the task is a
-graceful stop: ``Broker.shutdown`` sends DISCONNECT to every worker (MDP-W-14), it is flushed and
-the socket closes with ``linger``.
+purpose: every decision is the core's (``domo.protocol.family.FamilyBroker``). Each endpoint has
+its own ROUTER (the core's connection 0, 1, ... in the order given) and its own pump task, the
+sole user of that socket: it awaits the next message bounded by the broker's next deadline,
+drains what else is ready, ticks, and flushes (``domo.runtime.flush_router`` for one socket, a
+``RoutedOutbox`` for several: what is for another socket is queued for its pump, which is
+interrupted). A full or vanished peer is reported to the core (MDP-D-15). Each ROUTER sets
+``ROUTER_MANDATORY`` so that nothing is dropped silently. Cancelling the task is a graceful stop:
+``Broker.shutdown`` sends DISCONNECT to every worker (MDP-W-14), it is flushed and the sockets
+close with ``linger``.
 
     started: asyncio.Future[list[str]] = loop.create_future()
     task = asyncio.create_task(serve_broker("tcp://127.0.0.1:0", started=started))
@@ -30,6 +32,7 @@ from domo.protocol import BrokerConfig
 from domo.protocol.events import BrokerEvent
 from domo.protocol.family import FamilyBroker
 from domo.runtime import flush_router, log_event
+from domo.runtime.pumping import RoutedOutbox
 
 from ._socket import AsyncConnection
 
@@ -78,50 +81,69 @@ async def serve_broker(
             if recorder is not None:
                 recorder.on_event(event)
 
+    routers: list[AsyncConnection] = []
+    outbox = RoutedOutbox(
+        broker, len(endpoints), lambda connection: routers[connection].interrupt()
+    )
+    several = len(endpoints) > 1
+
+    async def pump(connection: int, router: AsyncConnection) -> None:
+        """Serve one ROUTER, the only task that uses it, until cancelled."""
+        receive = broker.receive
+        while True:
+            await router.wait(broker.next_deadline())
+            budget = BATCH
+            while True:  # drain: re-read after each flush, replies are often there by then
+                now = max(loop.time(), broker.now)
+                messages = router.receive(SLICE)
+                for peer, *frames in messages:
+                    emit(receive(peer, frames, now, connection))
+                if not messages:
+                    emit(broker.tick(now))
+                if several:
+                    outbox.flush(connection, router, now, emit)
+                else:
+                    flush_router(broker, router, now, emit)
+                if not messages:
+                    break
+                budget -= len(messages)
+                if budget <= 0:  # a flood must not starve the loop's other tasks
+                    budget = BATCH
+                    await asyncio.sleep(0)
+
     zap = None
     try:
         if curve is not None and curve.allow is not None:
             zap = ZapHandler(ctx, curve.allow)
             zap.start()  # before the bind: no connection may be admitted unchecked
-        router = AsyncConnection(ctx, zmq.ROUTER)
-        socket = router.socket
         try:
-            socket.setsockopt(zmq.ROUTER_MANDATORY, 1)
-            socket.setsockopt(zmq.SNDHWM, hwm)
-            socket.setsockopt(zmq.RCVHWM, hwm)
-            if curve is not None:
-                curve.apply(socket)
             bound = []
             for endpoint in endpoints:
+                router = AsyncConnection(ctx, zmq.ROUTER)
+                routers.append(router)
+                socket = router.socket
+                socket.setsockopt(zmq.ROUTER_MANDATORY, 1)
+                socket.setsockopt(zmq.SNDHWM, hwm)
+                socket.setsockopt(zmq.RCVHWM, hwm)
+                if curve is not None:
+                    curve.apply(socket)
                 socket.bind(endpoint)
                 bound.append(socket.getsockopt_string(zmq.LAST_ENDPOINT))
             logger.info("broker bound to %s", ", ".join(bound))
             if started is not None:
                 started.set_result(bound)
-            while True:
-                await router.wait(broker.next_deadline())
-                budget = BATCH
-                while True:  # drain: re-read after each flush, replies are often there by then
-                    now = max(loop.time(), broker.now)
-                    messages = router.receive(SLICE)
-                    for peer, *frames in messages:
-                        emit(broker.receive(peer, frames, now))
-                    if not messages:
-                        emit(broker.tick(now))
-                    flush_router(broker, router, now, emit)
-                    if not messages:
-                        break
-                    budget -= len(messages)
-                    if budget <= 0:  # a flood must not starve the loop's other tasks
-                        budget = BATCH
-                        await asyncio.sleep(0)
+            async with asyncio.TaskGroup() as pumps:
+                for connection, router in enumerate(routers):
+                    pumps.create_task(pump(connection, router))
         finally:
             try:
+                # The pumps have stopped (or never started): this task alone uses the sockets.
                 now = max(loop.time(), broker.now)
                 emit(broker.shutdown(now))
-                flush_router(broker, router, now, emit)
+                outbox.flush_all(routers, now, emit)
             finally:
-                router.close(linger)
+                for router in routers:
+                    router.close(linger)
     finally:
         if zap is not None:
             zap.stop()

@@ -1,20 +1,24 @@
 """``FamilyBroker``: one broker for the Majordomo family, MDP/0.2 at its core.
 
 The MDP/0.2 ``Broker`` does the routing (services, queues, dispatch, heartbeats, expiry); this
-layer lets peers of the other dialects (``domo.protocol.dialects``) reach it, with the same
-sans-IO contract (``receive``, ``tick``, ``take_outgoing``, ``next_deadline``, ``peer_*``,
-``shutdown``), so a runtime drives either one alike.
+layer lets peers of the other dialects (``domo.protocol.dialects``) reach it, and peers on
+several sockets, with the same sans-IO contract (``receive``, ``tick``, ``take_outgoing``,
+``next_deadline``, ``peer_*``, ``shutdown``) plus a *connection*: the number of the socket (or
+other transport link) a message came on, 0 for the first, numbered by the runtime. A peer is
+(connection, routing id); what the broker sends goes to a (connection, routing id).
 
-- An MDP/0.2 peer on the ROUTER goes straight to the core under its own routing id: nothing is
-  added on its path but one comparison.
-- Any other peer is known to the core by a *peer key* made from its routing id and its envelope
-  (the 28/REQREP address stack), so that two clients behind one proxy are two peers (REQREP-02).
-  The key is a pure function of the two (no counter, no clock): the same peer gets the same key
-  in every process, and a key can never equal a routing id libzmq makes (5 bytes, ``\\x00``
-  first) or one an application may set (never ``\\x00`` first).
-- What the core sends to a key goes out in that peer's dialect, to its routing id, behind its
-  envelope; the I/O layer's word that a routing id is unreachable or congested reaches every key
-  behind it.
+- An MDP/0.2 peer on connection 0 goes straight to the core under its own routing id: nothing is
+  added on its path but two comparisons.
+- Any other peer is known to the core by a *peer key* made from its connection, routing id,
+  envelope (the 28/REQREP address stack) and dialect, so that two clients behind one proxy are
+  two peers (REQREP-02), and two sockets' peers never mix though ZeroMQ may give them the same
+  routing id. The key is a pure function of these (no counter, no clock): the same peer gets the
+  same key in every process, and a key can never equal a routing id libzmq makes (5 bytes,
+  ``\\x00`` first) or one an application may set (never ``\\x00`` first).
+- A peer's dialect is the registry's (``dialects.detect``) from its message; what the core sends
+  to a key goes out in that peer's dialect (``dialects.encode_with`` and the dialect's
+  ``Capabilities``), on its connection, to its routing id, behind its envelope. The I/O layer's
+  word that a routing id on a connection is unreachable or congested reaches every key behind it.
 - A key is forgotten once the core holds nothing of it (no request, not a worker, not silenced)
   and the flush that carried its last reply is done (``flushed``, MDP-D-24), so a stream of
   short-lived REQ clients behind a proxy does not grow the broker.
@@ -26,9 +30,20 @@ and MMI answers every client (``specs/mdp-0.1.md``, ``specs/majortomo.md``, ``sp
 from __future__ import annotations
 
 from collections.abc import Sequence
+from enum import Enum
 
 from .broker import Broker, BrokerConfig, PeerState, WorkerView
-from .dialects import MDPC02, MDPW02, Dialect, decode, detect, encode
+from .dialects import (
+    CODECS,
+    MDPC02,
+    MDPW02,
+    REGISTRY,
+    Dialect,
+    DialectCodec,
+    Registry,
+    encode_with,
+)
+from .dialects.mdp02 import MDP02
 from .events import (
     BrokerEvent,
     MmiReplied,
@@ -40,60 +55,102 @@ from .events import (
 )
 from .mdp import BodyFrame, Relayed
 
-__all__ = ["FamilyBroker", "PeerRoute", "peer_key"]
+__all__ = ["FamilyBroker", "Outgoing", "PeerRoute", "peer_key"]
+
+Outgoing = tuple[int, bytes, Relayed]  # (connection, routing id, frames): one message to send
 
 _KEY_PREFIX = b"\x00\xffdomo:"
 _REGISTERED = (PeerState.IDLE, PeerState.BUSY)
+_UNKNOWN = (MDP02, 0)  # not a family message: the core refuses it, as MDP/0.2's
 
 
-def peer_key(routing_id: bytes, envelope: Sequence[bytes], dialect: Dialect) -> bytes:
-    """The id the core knows a non-MDP/0.2 peer by: routing id, envelope and dialect, each
-    length-prefixed, so that distinct peers never share a key."""
-    parts = [routing_id, *envelope, dialect.value.encode()]
-    return _KEY_PREFIX + b"".join(len(p).to_bytes(4, "big") + bytes(p) for p in parts)
+def peer_key(
+    routing_id: bytes,
+    envelope: Sequence[bytes],
+    dialect: Enum,
+    connection: int = 0,
+    request_key: bytes | None = None,
+) -> bytes:
+    """The id the core knows a peer by, unless it is an MDP/0.2 peer on connection 0: its
+    connection, routing id, envelope, dialect and (for a dialect that keys its requests) the
+    request's key, each length-prefixed, so that distinct peers never share a key."""
+    parts = [routing_id, *envelope, str(dialect.value).encode()]
+    if request_key is not None:
+        parts.append(request_key)  # one client's requests are clients of their own to the core
+    prefix = _KEY_PREFIX + connection.to_bytes(4, "big")
+    return prefix + b"".join(len(p).to_bytes(4, "big") + bytes(p) for p in parts)
 
 
 class PeerRoute:
     """Where and how to send what the core sends to one peer key."""
 
-    __slots__ = ("dialect", "envelope", "routing_id")
+    __slots__ = ("codec", "connection", "dialect", "envelope", "request_key", "routing_id")
 
-    def __init__(self, routing_id: bytes, envelope: Relayed, dialect: Dialect) -> None:
+    def __init__(
+        self,
+        routing_id: bytes,
+        envelope: Relayed,
+        dialect: Enum,
+        connection: int = 0,
+        request_key: bytes | None = None,
+        codec: DialectCodec | None = None,
+    ) -> None:
+        self.connection = connection
         self.routing_id = routing_id
         self.envelope = envelope
         self.dialect = dialect
+        self.request_key = request_key  # the request this key stands for, in a keyed dialect
+        # The registry's record, looked up once.
+        self.codec: DialectCodec = codec if codec is not None else CODECS[Dialect(dialect.value)]
 
 
 class FamilyBroker:
-    """An MDP/0.2 ``Broker`` that also serves MDP/0.1, majortomo's dialect and REQ clients."""
+    """An MDP/0.2 ``Broker`` that also serves MDP/0.1, majortomo's dialect and REQ clients, on
+    any number of connections."""
 
-    def __init__(self, config: BrokerConfig | None = None) -> None:
+    def __init__(self, config: BrokerConfig | None = None, registry: Registry = REGISTRY) -> None:
         self.core = Broker(config)
         self.config = self.core.config
+        self.registry = registry  # the dialects this broker speaks, in detection order
         self._routes: dict[bytes, PeerRoute] = {}  # peer key -> route
-        self._keys_of: dict[bytes, dict[bytes, None]] = {}  # routing id -> its peer keys
+        # (connection, routing id) -> the peer keys behind it
+        self._keys_of: dict[tuple[int, bytes], dict[bytes, None]] = {}
         self._maybe_done: dict[bytes, None] = {}  # keys to forget once their messages are out
         self._withheld: list[int] = []  # core outbox indexes of the last outbox not sent at all
 
-    # -- the sans-IO contract, as Broker's ------------------------------------------------------
+    # -- the sans-IO contract, as Broker's, with the connection ---------------------------------
 
-    def receive(self, peer: bytes, frames: Sequence[BodyFrame], now: float) -> list[BrokerEvent]:
-        """Handle one message from routing id ``peer``, in whatever dialect it speaks."""
-        first = frames[0] if frames else None
-        found = None if first in (MDPC02, MDPW02) else detect(frames)  # hot path first
-        if found is None or found[0] is Dialect.MDP02:
-            events = self.core.receive(peer, frames, now)  # garbage too: the core says why
-            if self._routes:  # a worker's FINAL may end a dialect client's request
-                self._note(events)
-            return events
-        dialect, hops = found
+    def receive(
+        self, peer: bytes, frames: Sequence[BodyFrame], now: float, connection: int = 0
+    ) -> list[BrokerEvent]:
+        """Handle one message from routing id ``peer`` on ``connection``, in whatever dialect
+        it speaks."""
+        if connection == 0:
+            first = frames[0] if frames else None
+            found = None if first in (MDPC02, MDPW02) else self.registry.detect(frames)
+            if found is None or found[0].dialect is Dialect.MDP02:  # the hot path
+                events = self.core.receive(peer, frames, now)  # garbage too: the core says why
+                if self._routes:  # a worker's FINAL may end a dialect client's request
+                    self._note(events)
+                return events
+        else:
+            found = self.registry.detect(frames) or _UNKNOWN
+        codec, hops = found
         envelope = tuple(bytes(frame) for frame in frames[:hops])
-        key = peer_key(peer, envelope, dialect)
-        if key not in self._routes:
-            self._routes[key] = PeerRoute(peer, envelope, dialect)
-            self._keys_of.setdefault(peer, {})[key] = None
+        message: Sequence[BodyFrame] = frames[hops + 1 :] if codec.delimited else frames
+        request_key = None
+        if codec.request_key is not None:  # a dialect with several requests per client
+            split = codec.request_key(message)
+            if split is not None:
+                request_key, message = split
+        key = peer_key(peer, envelope, codec.dialect, connection, request_key)
+        route = self._routes.get(key)
+        if route is None:
+            route = PeerRoute(peer, envelope, codec.dialect, connection, request_key, codec)
+            self._routes[key] = route
+            self._keys_of.setdefault((connection, peer), {})[key] = None
             self._maybe_done[key] = None  # a first message that was refused leaves nothing
-        events = self.core.receive(key, decode(dialect, frames[hops + 1 :]), now)
+        events = self.core.receive(key, codec.decode(message), now)
         self._note(events)
         return events
 
@@ -105,14 +162,14 @@ class FamilyBroker:
     def next_deadline(self) -> float | None:
         return self.core.next_deadline()
 
-    def take_outgoing(self) -> list[tuple[bytes, Relayed]]:
-        """The core's outbox, each message to a routing id in its peer's dialect."""
+    def take_outgoing(self) -> list[Outgoing]:
+        """The core's outbox, each message to a (connection, routing id) in its peer's dialect."""
         outbox = self.core.take_outgoing()
         if self._withheld:
             self._withheld = []
         if self._routes:
-            outbox = self._translate(outbox)
-        return outbox
+            return self._translate(outbox)
+        return [(0, peer, frames) for peer, frames in outbox]
 
     def flushed(self) -> list[RequestCompleted]:
         """As ``Broker.flushed``: the FINALs the runtime sent are completed (MDP-D-24)."""
@@ -125,23 +182,26 @@ class FamilyBroker:
         return events
 
     def peer_unreachable(
-        self, peer: bytes, now: float, *, unsent: int | None = None
+        self, peer: bytes, now: float, connection: int = 0, *, unsent: int | None = None
     ) -> list[BrokerEvent]:
-        """Routing id ``peer`` is gone: so is every peer behind it (REQREP-02)."""
+        """Routing id ``peer`` on ``connection`` is gone: so is every peer behind it
+        (REQREP-02). ``unsent`` as for ``Broker.peer_unreachable``, an index in the outbox last
+        taken from this broker."""
         at = self._core_index(unsent)
-        events = self.core.peer_unreachable(peer, now, unsent=at)
-        for key in list(self._keys_of.get(peer, ())):
+        events = self.core.peer_unreachable(peer, now, unsent=at) if connection == 0 else []
+        for key in list(self._keys_of.get((connection, peer), ())):
             events += self.core.peer_unreachable(key, now, unsent=at)
         self._note(events)
         return events
 
     def peer_congested(
-        self, peer: bytes, now: float, *, unsent: int | None = None
+        self, peer: bytes, now: float, connection: int = 0, *, unsent: int | None = None
     ) -> list[BrokerEvent]:
-        """Routing id ``peer``'s pipe is full: every peer behind it is congested."""
+        """Routing id ``peer``'s pipe on ``connection`` is full: every peer behind it is
+        congested."""
         at = self._core_index(unsent)
-        events = self.core.peer_congested(peer, now, unsent=at)
-        for key in list(self._keys_of.get(peer, ())):
+        events = self.core.peer_congested(peer, now, unsent=at) if connection == 0 else []
+        for key in list(self._keys_of.get((connection, peer), ())):
             events += self.core.peer_congested(key, now, unsent=at)
         self._note(events)
         return events
@@ -168,26 +228,32 @@ class FamilyBroker:
         return self.core.workers()
 
     def route(self, key: bytes) -> PeerRoute | None:
-        """How a peer key is reached, or None for an MDP/0.2 peer (its key is its routing id)."""
+        """How a peer key is reached, or None for an MDP/0.2 peer on connection 0 (its key is
+        its routing id)."""
         return self._routes.get(key)
 
+    def address(self, key: bytes) -> tuple[int, bytes]:
+        """The (connection, routing id) of the peer the core knows as ``key``."""
+        route = self._routes.get(key)
+        return (0, key) if route is None else (route.connection, route.routing_id)
+
     def keys(self) -> int:
-        """How many non-MDP/0.2 peers the broker knows now (bounded: see the module docstring)."""
+        """How many peers the broker knows by a key now (bounded: see the module docstring)."""
         return len(self._routes)
 
     # -- inside -----------------------------------------------------------------------------------
 
-    def _translate(self, outbox: list[tuple[bytes, Relayed]]) -> list[tuple[bytes, Relayed]]:
+    def _translate(self, outbox: list[tuple[bytes, Relayed]]) -> list[Outgoing]:
         routes = self._routes
-        out: list[tuple[bytes, Relayed]] = []
+        out: list[Outgoing] = []
         for index, (key, frames) in enumerate(outbox):
             route = routes.get(key)
             if route is None:
-                out.append((key, frames))
+                out.append((0, key, frames))
                 continue
-            encoded = encode(route.dialect, route.envelope, frames)
+            encoded = encode_with(route.codec, route.envelope, frames, route.request_key)
             if encoded is not None:
-                out.append((route.routing_id, encoded))
+                out.append((route.connection, route.routing_id, encoded))
             else:
                 self._withheld.append(index)
         return out
@@ -209,13 +275,14 @@ class FamilyBroker:
     def _forget_idle_keys(self) -> None:
         for key in self._maybe_done:
             # A silenced key is forgotten too: the core sends nothing to it, and if it speaks
-            # again its routing id and envelope give it the same key.
+            # again its address and envelope give it the same key.
             if self.core.holds(key) or self.core.worker_state(key) in _REGISTERED:
                 continue
             route = self._routes.pop(key, None)
             if route is not None:
-                keys = self._keys_of[route.routing_id]
+                address = (route.connection, route.routing_id)
+                keys = self._keys_of[address]
                 del keys[key]
                 if not keys:
-                    del self._keys_of[route.routing_id]
+                    del self._keys_of[address]
         self._maybe_done.clear()

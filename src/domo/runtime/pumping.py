@@ -1,26 +1,38 @@
 """The broker's flush and the event log, shared by every runtime.
 
 ``flush_router`` sends a broker's outbox through any connection whose ``send`` answers ``SENT``,
+``flush_router`` sends a broker's outbox through any connection whose ``send`` answers ``SENT``,
 ``EAGAIN`` (the peer's pipe is full) or ``EHOSTUNREACH`` (no such peer) without blocking,
 reports each failing peer to the broker with the message it did not get (MDP-D-15), and then
 tells the broker the flush is done, which completes the requests whose FINAL was sent
-(MDP-D-24). ``log_event`` (from ``domo.eventlog``) logs a core event as one readable line at a
-level that fits its kind.
+(MDP-D-24). It serves a broker on one socket (connection 0). A broker on several sockets, one
+pump per socket, flushes through a ``RoutedOutbox``: each pump sends only on its own socket, and
+what the broker sends to a peer on another connection waits there for that connection's pump,
+which is woken; the broker hears ``flushed`` once nothing waits for any pump. ``log_event``
+(from ``domo.eventlog``) logs a core event as one readable line at a level that fits its kind.
 """
 
 from __future__ import annotations
 
 import errno
+from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from typing import Final, Protocol
 
 from domo.eventlog import log_event
-from domo.protocol import Broker
 from domo.protocol.events import BrokerEvent
 from domo.protocol.family import FamilyBroker
-from domo.protocol.mdp import BodyFrame
+from domo.protocol.mdp import BodyFrame, Relayed
 
-__all__ = ["EAGAIN", "EHOSTUNREACH", "SENT", "Sender", "flush_router", "log_event"]
+__all__ = [
+    "EAGAIN",
+    "EHOSTUNREACH",
+    "SENT",
+    "RoutedOutbox",
+    "Sender",
+    "flush_router",
+    "log_event",
+]
 
 SENT: Final = 0
 EAGAIN: Final = errno.EAGAIN  # the peer's pipe is full (high-water mark)
@@ -34,12 +46,13 @@ class Sender(Protocol):
 
 
 def flush_router(
-    broker: Broker | FamilyBroker,
+    broker: FamilyBroker,
     conn: Sender,
     now: float,
     emit: Callable[[Iterable[BrokerEvent]], None],
 ) -> None:
-    """Send the broker's outbox; report each peer that cannot take a message; then ``flushed``.
+    """Send the broker's outbox on its one socket; report each peer that cannot take a
+    message; then ``flushed``. A broker driven through one socket only hears of connection 0.
 
     A peer is reported once per outbox, with the index of the first message it did not get
     (``unsent``); its later messages in that outbox are not tried (they would overtake the one
@@ -48,16 +61,107 @@ def flush_router(
     """
     while outbox := broker.take_outgoing():
         failed: set[bytes] = set()
-        for index, (peer, frames) in enumerate(outbox):
+        for index, (_, peer, frames) in enumerate(outbox):
             if peer in failed:
                 continue  # the broker was told: everything from ``unsent`` on is not sent
             result = conn.send((peer, *frames))
             if result == SENT:
                 continue
             failed.add(peer)
-            if result == EAGAIN:
-                emit(broker.peer_congested(peer, now, unsent=index))
-            else:
-                assert result == EHOSTUNREACH
-                emit(broker.peer_unreachable(peer, now, unsent=index))
+            emit(_report(broker, result, peer, now, 0, index))
     emit(broker.flushed())
+
+
+def _report(
+    broker: FamilyBroker,
+    result: int,
+    peer: bytes,
+    now: float,
+    connection: int,
+    unsent: int | None,
+) -> list[BrokerEvent]:
+    if result == EAGAIN:
+        return broker.peer_congested(peer, now, connection, unsent=unsent)
+    assert result == EHOSTUNREACH
+    return broker.peer_unreachable(peer, now, connection, unsent=unsent)
+
+
+class RoutedOutbox:
+    """A broker's outbox routed by connection, for a broker on several sockets.
+
+    Each socket (connection ``0 .. connections - 1``) is owned by one pump: only that pump sends
+    on it. ``flush(connection, ...)`` first sends what other pumps left for ``connection``, in
+    the order the broker produced it, then the broker's outbox: what is for ``connection`` is
+    sent, what is for another connection is queued for it and ``wake(other)`` is called once per
+    flush, so that connection's pump comes and flushes. Nothing is dropped but the stale
+    messages to a peer the broker has just been told cannot take them (MDP-D-15).
+
+    A failure is reported with the message's index in the broker's outbox while that outbox is
+    the last taken; a message that waited for its pump is reported without one (the broker then
+    takes every reply to that peer not yet confirmed as not sent). ``flushed`` is called once no
+    message waits for any pump, so a FINAL counts as delivered only once it was sent (MDP-D-24).
+    """
+
+    def __init__(self, broker: FamilyBroker, connections: int, wake: Callable[[int], None]) -> None:
+        self._broker = broker
+        self._queued: list[deque[tuple[bytes, Relayed]]] = [deque() for _ in range(connections)]
+        self._wake = wake
+
+    def queued(self, connection: int) -> int:
+        """How many messages wait for ``connection``'s pump."""
+        return len(self._queued[connection])
+
+    def flush(
+        self,
+        connection: int,
+        conn: Sender,
+        now: float,
+        emit: Callable[[Iterable[BrokerEvent]], None],
+    ) -> None:
+        """Send on ``conn`` (connection ``connection``'s socket) what is for it; see the class."""
+        broker, queued = self._broker, self._queued
+        mine = queued[connection]
+        failed: set[bytes] = set()
+        others: set[int] = set()
+        while True:
+            while mine:
+                peer, frames = mine.popleft()
+                if peer in failed:
+                    continue
+                result = conn.send((peer, *frames))
+                if result != SENT:
+                    failed.add(peer)
+                    emit(_report(broker, result, peer, now, connection, None))
+            outbox = broker.take_outgoing()
+            if not outbox:
+                break
+            failed = set()  # a peer is reported once per outbox, as flush_router does
+            for index, (to, peer, frames) in enumerate(outbox):
+                if to != connection:
+                    queued[to].append((peer, frames))
+                    others.add(to)
+                    continue
+                if peer in failed:
+                    continue  # the broker was told; the rest of its messages are stale
+                result = conn.send((peer, *frames))
+                if result != SENT:
+                    failed.add(peer)
+                    emit(_report(broker, result, peer, now, connection, index))
+        if not any(queued):
+            emit(broker.flushed())
+        for other in sorted(others):
+            self._wake(other)
+
+    def flush_all(
+        self,
+        conns: Sequence[Sender],
+        now: float,
+        emit: Callable[[Iterable[BrokerEvent]], None],
+    ) -> None:
+        """Flush every connection, for a caller that owns every socket (at shutdown, once the
+        pumps have stopped), until nothing is left for any of them."""
+        while True:
+            for connection, conn in enumerate(conns):
+                self.flush(connection, conn, now, emit)
+            if not any(self._queued):  # each flush empties the broker's outbox
+                return

@@ -13,9 +13,12 @@ socket's EVENTS: a send can take the wake-up of a message that has just arrived 
 edge-triggered), so if a message is waiting the pump is woken (``kick``). Otherwise the pump is
 woken to send it. Only one task runs at a time, so the socket is never used by two at once.
 
-``pump_router`` drives the broker's ROUTER: a peer whose pipe is full (EAGAIN) or gone
-(EHOSTUNREACH) is reported to the broker, which decides what that means; the pump never waits for
-a ROUTER to become writable (POLLOUT on a ROUTER means "some pipe has room", not this peer's).
+``RouterPump`` drives one of the broker's ROUTERs (``pump_router`` the only one): a peer whose
+pipe is full (EAGAIN) or gone (EHOSTUNREACH) is reported to the broker, which decides what that
+means; the pump never waits for a ROUTER to become writable (POLLOUT on a ROUTER means "some pipe
+has room", not this peer's). A broker on several sockets has one pump per socket, each the sole
+user of its socket; what the broker sends to another socket's peer waits in a ``RoutedOutbox``
+for that socket's pump, which is woken.
 
 ``SessionPump`` drives a ``WorkerSession`` or ``ClientSession`` over a DEALER, one socket at a
 time: on ``ReconnectRequired`` it sends what the session left in its outbox, closes the socket,
@@ -32,15 +35,14 @@ from typing import Any, Generic, Protocol, TypeVar
 
 import trio
 
-from domo.protocol import Broker
 from domo.protocol.events import BrokerEvent, ReconnectRequired
 from domo.protocol.family import FamilyBroker
 from domo.protocol.mdp import BodyFrame
-from domo.runtime.pumping import flush_router, log_event
+from domo.runtime.pumping import RoutedOutbox, flush_router, log_event
 
 from ._transport import SENT, Connection
 
-__all__ = ["BATCH", "SessionPump", "flush_router", "log_event", "pump_router"]
+__all__ = ["BATCH", "RouterPump", "SessionPump", "flush_router", "log_event", "pump_router"]
 
 BATCH = 256  # messages handled per wake-up: one checkpoint per batch, and a flood can't hog us
 SLICE = 4  # messages handled between two flushes: replies never wait behind a flood (fairness)
@@ -49,45 +51,89 @@ E = TypeVar("E")
 
 
 async def pump_router(
-    broker: Broker | FamilyBroker,
+    broker: FamilyBroker,
     conn: Connection[BodyFrame],
     emit: Callable[[Iterable[BrokerEvent]], None],
 ) -> None:
-    """Run ``broker`` on a bound ROUTER until cancelled (the caller shuts down and closes)."""
-    receive = broker.receive
-    while True:
-        # One cancel scope until the broker's deadline passes, not one per wake-up: entering
-        # and leaving a scope costs more than the wake-up itself. The scope's deadline only
-        # moves earlier; a later one is set when this one has fired (an early tick is harmless,
-        # a late one is not: ``next_deadline`` may be early, never late).
-        with trio.CancelScope() as scope:
-            while True:
-                deadline = broker.next_deadline()
-                if deadline is not None and deadline < scope.deadline:
-                    scope.deadline = deadline
-                await conn.wait(False)
-                # Drain: up to BATCH messages per checkpoint, re-reading the socket after each
-                # flush, since replies to what was just sent (or other peers' messages) are
-                # often there by then; a wake-up is far dearer than a message. An empty read
-                # means the socket is empty: back to ``wait``, which re-arms the
-                # edge-triggered FD before sleeping.
-                budget = BATCH
+    """Run ``broker`` on one bound ROUTER until cancelled (the caller shuts down and closes)."""
+    await RouterPump(broker, conn, emit).run()
+
+
+class RouterPump:
+    """Runs a broker on one of its ROUTERs, connection ``connection``; the sole user of ``conn``.
+
+    With several sockets (``outbox`` given), the pumps share the broker and a ``RoutedOutbox``:
+    each flushes through it, and ``wake`` is how another pump tells this one that messages wait
+    for its socket (it ends the wait early; an early tick is harmless).
+    """
+
+    def __init__(
+        self,
+        broker: FamilyBroker,
+        conn: Connection[BodyFrame],
+        emit: Callable[[Iterable[BrokerEvent]], None],
+        connection: int = 0,
+        outbox: RoutedOutbox | None = None,
+    ) -> None:
+        self.broker = broker
+        self.conn = conn
+        self.connection = connection
+        self._emit = emit
+        self._outbox = outbox
+        self._scope: trio.CancelScope | None = None
+
+    def wake(self) -> None:
+        """Make the pump flush soon: messages for its socket were queued by another pump."""
+        if self._scope is not None:
+            self._scope.cancel()
+
+    def flush(self, now: float) -> None:
+        """Send what the broker has for this socket (the caller must be this socket's user)."""
+        if self._outbox is None:
+            flush_router(self.broker, self.conn, now, self._emit)
+        else:
+            self._outbox.flush(self.connection, self.conn, now, self._emit)
+
+    async def run(self) -> None:
+        """Serve the socket until cancelled."""
+        broker, conn, emit, connection = self.broker, self.conn, self._emit, self.connection
+        receive = broker.receive
+        while True:
+            # One cancel scope until the broker's deadline passes (or a wake), not one per
+            # wake-up: entering and leaving a scope costs more than the wake-up itself. The
+            # scope's deadline only moves earlier; a later one is set when this one has fired
+            # (an early tick is harmless, a late one is not: ``next_deadline`` may be early,
+            # never late).
+            with trio.CancelScope() as scope:
+                self._scope = scope
                 while True:
-                    now = trio.current_time()
-                    messages = conn.receive(min(budget, SLICE))
-                    for message in messages:
-                        peer = message[0]
-                        assert isinstance(peer, bytes)  # a routing id: 255 bytes at most
-                        emit(receive(peer, message[1:], now))
-                    if not messages:  # a receive fires what is due at ``now`` before the message
-                        emit(broker.tick(now))
-                    flush_router(broker, conn, now, emit)
-                    budget -= len(messages)
-                    if not messages or budget <= 0:
-                        break
-        now = trio.current_time()  # the deadline passed: fire the timers that are due
-        emit(broker.tick(now))
-        flush_router(broker, conn, now, emit)
+                    deadline = broker.next_deadline()
+                    if deadline is not None and deadline < scope.deadline:
+                        scope.deadline = deadline
+                    await conn.wait(False)
+                    # Drain: up to BATCH messages per checkpoint, SLICE between two flushes,
+                    # re-reading the socket after each flush, since replies to what was just
+                    # sent (or other peers' messages) are often there by then; a wake-up is far
+                    # dearer than a message. An empty read means the socket is empty: back to
+                    # ``wait``, which re-arms the edge-triggered FD before sleeping.
+                    budget = BATCH
+                    while True:
+                        now = trio.current_time()
+                        messages = conn.receive(min(budget, SLICE))
+                        for message in messages:
+                            peer = message[0]
+                            assert isinstance(peer, bytes)  # a routing id: 255 bytes at most
+                            emit(receive(peer, message[1:], now, connection))
+                        if not messages:  # a receive fires what is due at ``now`` first
+                            emit(broker.tick(now))
+                        self.flush(now)
+                        budget -= len(messages)
+                        if not messages or budget <= 0:
+                            break
+            self._scope = None
+            now = trio.current_time()  # the deadline passed (or a wake): fire what is due
+            emit(broker.tick(now))
+            self.flush(now)
 
 
 class Session(Protocol[E]):

@@ -1,7 +1,10 @@
-"""``serve_broker``: the broker core on one ZeroMQ ROUTER, as a Trio task.
+"""``serve_broker``: the broker core on ZeroMQ ROUTERs, one per endpoint, as a Trio task.
 
 It serves MDP/0.2 and the other dialects of the family (``domo.protocol.family``): MDP/0.1,
-majortomo's, and clients behind REQ sockets and proxies.
+majortomo's, and clients behind REQ sockets and proxies. Each endpoint gets its own ROUTER (the
+broker's connection 0, 1, ... in the order given) and its own pump task, the sole user of that
+socket; a client on one endpoint reaches a worker on another, since they share one core (the
+core knows a peer as (connection, routing id)).
 
 Run it in a nursery; it binds, reports the endpoints it actually bound, and serves until
 cancelled::
@@ -29,9 +32,11 @@ from domo.curve import CurveServer, ZapHandler
 from domo.protocol import BrokerConfig
 from domo.protocol.events import BrokerEvent
 from domo.protocol.family import FamilyBroker
+from domo.protocol.mdp import BodyFrame
+from domo.runtime.pumping import RoutedOutbox
 
-from ._pump import flush_router, log_event, pump_router
-from ._transport import Transport, ZmqTransport
+from ._pump import RouterPump, log_event
+from ._transport import Connection, Transport, ZmqTransport
 
 __all__ = ["serve_broker"]
 
@@ -51,6 +56,8 @@ async def serve_broker(
     task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve MDP/0.2 on ``endpoints`` (any mix of tcp://, ipc://, inproc://) until cancelled.
+
+    Each endpoint is bound by a ROUTER of its own, served by a pump task of its own.
 
     ``task_status.started`` receives the endpoints as bound (a ``:0`` or ``*`` port resolved).
     ``on_event`` sees every event of the core, in order, for logging or metrics; it must not
@@ -83,26 +90,41 @@ async def serve_broker(
             if recorder is not None:
                 recorder.on_event(event)
 
+    conns: list[Connection[BodyFrame]] = []
     try:
         if curve is not None and curve.allow is not None:
             assert isinstance(net, ZmqTransport)
             zap = ZapHandler(net.context, curve.allow)
             zap.start()  # before the bind: no connection may be admitted unchecked
-        conn, bound = net.bind(endpoints, hwm)
+        bound: list[str] = []
+        for endpoint in endpoints:
+            conn, as_bound = net.bind([endpoint], hwm)
+            conns.append(conn)
+            bound += as_bound
+        pumps: list[RouterPump] = []
+        outbox = RoutedOutbox(broker, len(conns), lambda connection: pumps[connection].wake())
+        pumps += [
+            RouterPump(broker, conn, emit, index, outbox if len(conns) > 1 else None)
+            for index, conn in enumerate(conns)
+        ]
         try:
             logger.info("broker bound to %s", ", ".join(bound))
             task_status.started(bound)
-            await pump_router(broker, conn, emit)
+            async with trio.open_nursery() as nursery:
+                for pump in pumps:
+                    nursery.start_soon(pump.run)
         finally:
-            try:
-                now = max(trio.current_time(), broker.now)
-                emit(broker.shutdown(now))
-                flush_router(broker, conn, now, emit)
-            finally:
-                conn.close(linger)  # even if an on_event hook raised
+            # The pumps have stopped: this task is now the only user of every socket.
+            now = max(trio.current_time(), broker.now)
+            emit(broker.shutdown(now))
+            outbox.flush_all(conns, now, emit)
     finally:
-        if zap is not None:
-            zap.stop()  # its socket closes before the context is terminated
-        await net.aclose()
-        if recorder is not None:
-            recorder.close()
+        try:
+            for conn in conns:
+                conn.close(linger)  # even if an on_event hook raised
+        finally:
+            if zap is not None:
+                zap.stop()  # its socket closes before the context is terminated
+            await net.aclose()
+            if recorder is not None:
+                recorder.close()

@@ -1,0 +1,115 @@
+"""What every dialect codec is made of: the ``Dialect`` names, ``Capabilities``, ``DialectCodec``.
+
+A dialect is data: a frozen ``DialectCodec`` record with its capabilities and three pure
+functions (which messages it claims, how they decode into the core's commands, how the core's
+commands encode back). ``domo.protocol.dialects.registry`` holds one record per dialect and the
+broker consults it; nothing here keeps state, does I/O or reads a clock.
+
+The core's commands are MDP/0.2's frames (``specs/mdp-0.2.md``): the neutral form every dialect
+decodes into and encodes from, since the routing core is the MDP/0.2 ``Broker``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from enum import Enum
+
+from ..mdp import BodyFrame, Relayed
+
+__all__ = [
+    "MDPC01",
+    "MDPC02",
+    "MDPW01",
+    "MDPW02",
+    "UNKNOWN_COMMAND",
+    "Capabilities",
+    "Dialect",
+    "DialectCodec",
+    "Role",
+]
+
+MDPC02, MDPW02, MDPC01, MDPW01 = b"MDPC02", b"MDPW02", b"MDPC01", b"MDPW01"
+
+# An MDP/0.2 command a dialect message has no counterpart for: the core refuses it as it
+# refuses any unknown command (MDP-W-08, MDP-D-01), so a dialect peer meets the same rules.
+UNKNOWN_COMMAND = b"\xff"
+
+
+class Dialect(Enum):
+    """Which member of the family a peer speaks."""
+
+    MDP02 = "mdp02"
+    MDP02_REQ = "mdp02-req"
+    MDP01 = "mdp01"
+    MAJORTOMO = "majortomo"
+
+
+class Role(Enum):
+    """What a claimed message makes its sender."""
+
+    CLIENT = "client"
+    WORKER = "worker"
+
+
+@dataclass(frozen=True, slots=True)
+class Capabilities:
+    """What a dialect's peers can do, as the broker must know it to serve them.
+
+    The broker reads ``partial_replies`` (PARTIALs are withheld from a client whose dialect has
+    none) and ``client_hops`` (whether a client may sit behind 28/REQREP address frames; a worker
+    never does). The others say how the dialect's rules map onto the core's, which applies
+    MDP/0.2's timers, DISCONNECT and MMI to every peer (each dialect's spec says so rule by rule),
+    and ``outstanding_per_client`` bounds what a client of the dialect may have in flight.
+    """
+
+    clients: bool  # the dialect has clients
+    workers: bool  # the dialect has workers
+    partial_replies: bool  # its client reads PARTIALs; otherwise it gets the FINAL alone
+    worker_heartbeats: bool  # its worker sends HEARTBEAT (and is expired when silent)
+    broker_heartbeats: bool  # the broker sends HEARTBEAT to its worker
+    disconnect: bool  # DISCONNECT exists, from the worker and from the broker
+    mmi: bool  # its client may ask the broker's mmi.* services
+    outstanding_per_client: int | None  # requests one client may have in flight; None: any
+    client_hops: bool  # its client may be behind a REQ socket and ROUTER-DEALER hops
+
+
+@dataclass(frozen=True, slots=True)
+class DialectCodec:
+    """One dialect: its capabilities and its codec, as pure functions.
+
+    - ``claims(header, command)``: the role of a message whose frames after the envelope start
+      with ``header``, ``command`` (``b""`` if it has none), or None if it is not this dialect's.
+    - ``decode(message)``: the message (the frames after the envelope's delimiter, or all of
+      them for a peer with no envelope) as the core's MDP/0.2 frames.
+    - ``encode(envelope, frames, request_key)``: what the core sends (MDP/0.2 frames) in this
+      dialect's framing, behind ``envelope`` where the peer has one, for the request
+      ``request_key`` where the dialect keys requests (None otherwise). PARTIALs to a client
+      without ``partial_replies`` never reach it (``registry.encode`` withholds them).
+    - ``delimited``: its messages start with an empty frame (after the envelope, if any); only
+      MDP/0.2's do not, and they are told by their first frame.
+    - ``request_key``: for a dialect whose client may have several requests outstanding
+      (``outstanding_per_client`` None), splits a message (after the delimiter) into the key
+      that names its request and the message without it, or gives None for a message that
+      names none (a worker's). The broker holds each (client, request key) as a client of its
+      own, so the core's one-request-per-client rule (MDP-S-02) holds per key.
+
+    ``dialect`` is a ``Dialect`` for the built-in dialects; a dialect of one's own may use any
+    ``Enum`` member with a ``str`` value (it names the dialect in peer keys).
+    """
+
+    dialect: Enum
+    capabilities: Capabilities
+    claims: Callable[[BodyFrame, BodyFrame], Role | None]
+    decode: Callable[[Sequence[BodyFrame]], list[BodyFrame]]
+    encode: Callable[[Relayed, Relayed, bytes | None], Relayed]
+    delimited: bool = True
+    request_key: Callable[[Sequence[BodyFrame]], tuple[bytes, list[BodyFrame]] | None] | None = None
+
+    def __post_init__(self) -> None:
+        outstanding = self.capabilities.outstanding_per_client
+        if outstanding is None and self.request_key is None:
+            raise ValueError(f"{self.dialect}: several requests per client need a request_key")
+        if outstanding is not None and (outstanding != 1 or self.request_key is not None):
+            # A bound above 1 would need the broker to count a client's keys: not done yet.
+            raise ValueError(f"{self.dialect}: outstanding_per_client is 1 (no key) or None")

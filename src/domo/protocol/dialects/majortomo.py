@@ -1,0 +1,57 @@
+"""majortomo 0.2.0's variant of MDP/0.2 (``specs/majortomo.md``).
+
+Three framing differences from RFC 18: every message starts with an empty frame (MAJ-01), the
+client numbers its commands like the worker's (REQUEST 0x02, PARTIAL 0x03, FINAL 0x04; MAJ-02),
+and replies carry no service frame (MAJ-03, MAJ-04). Its client reads PARTIALs (MAJ-07).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ..mdp import BodyFrame, Relayed
+from .base import MDPC02, MDPW02, UNKNOWN_COMMAND, Capabilities, Dialect, DialectCodec, Role
+
+__all__ = ["MAJORTOMO"]
+
+
+def _claims(header: BodyFrame, command: BodyFrame) -> Role | None:
+    if header == MDPW02:
+        return Role.WORKER  # MAJ-01: majortomo's worker
+    if header == MDPC02 and command == b"\x02":
+        return Role.CLIENT  # MAJ-02: majortomo's client REQUEST code
+    return None
+
+
+def _decode(message: Sequence[BodyFrame]) -> list[BodyFrame]:
+    if message[0] == MDPC02:
+        command = message[1] if len(message) > 1 else b""
+        return [MDPC02, b"\x01" if command == b"\x02" else UNKNOWN_COMMAND, *message[2:]]  # MAJ-02
+    return list(message)  # its worker: RFC 18's worker commands (MAJ-01)
+
+
+def _encode(envelope: Relayed, frames: Relayed, request_key: bytes | None) -> Relayed:
+    if frames[0] == MDPC02:
+        # MAJ-03, MAJ-04: PARTIAL 0x03, FINAL 0x04, no service frame.
+        code = b"\x03" if frames[1] == b"\x02" else b"\x04"
+        return (b"", MDPC02, code, *frames[3:])
+    return (b"", *frames)  # MAJ-01
+
+
+MAJORTOMO = DialectCodec(
+    dialect=Dialect.MAJORTOMO,
+    capabilities=Capabilities(
+        clients=True,
+        workers=True,
+        partial_replies=True,  # MAJ-07
+        worker_heartbeats=True,  # MAJ-06
+        broker_heartbeats=True,
+        disconnect=True,
+        mmi=True,  # MAJ-04
+        outstanding_per_client=1,
+        client_hops=False,  # a DEALER client; its leading empty frame is not a delimiter
+    ),
+    claims=_claims,
+    decode=_decode,
+    encode=_encode,
+)

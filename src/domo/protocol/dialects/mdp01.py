@@ -1,0 +1,77 @@
+"""MDP/0.1 (RFC 7, ``specs/mdp-0.1.md``): clients on REQ sockets and workers on DEALER sockets.
+
+A client's request is ``envelope, "", "MDPC01", service, body`` (MDP01-01); a worker's commands
+are ``"", "MDPW01", command, ...`` with RFC 7's codes (MDP01-02). RFC 7 has one REPLY and no
+PARTIAL: a worker's REPLY is the request's FINAL (MDP01-04), and a client gets the FINAL alone
+(MDP01-05).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ..mdp import BodyFrame, Relayed
+from .base import (
+    MDPC01,
+    MDPC02,
+    MDPW01,
+    MDPW02,
+    UNKNOWN_COMMAND,
+    Capabilities,
+    Dialect,
+    DialectCodec,
+    Role,
+)
+
+__all__ = ["MDP01"]
+
+# MDP/0.1 worker commands (RFC 7) and their MDP/0.2 counterparts (RFC 18).
+_MDP01_TO_MDP02 = {
+    b"\x01": b"\x01",  # READY
+    b"\x03": b"\x04",  # REPLY -> FINAL (MDP01-04)
+    b"\x04": b"\x05",  # HEARTBEAT
+    b"\x05": b"\x06",  # DISCONNECT
+}
+_MDP02_TO_MDP01 = {b"\x02": b"\x02", b"\x05": b"\x04", b"\x06": b"\x05"}  # REQUEST, HB, DISC
+
+
+def _claims(header: BodyFrame, command: BodyFrame) -> Role | None:
+    if header == MDPC01:
+        return Role.CLIENT  # MDP01-01: a REQ client, directly or behind hops
+    if header == MDPW01:
+        return Role.WORKER  # MDP01-02: a DEALER worker
+    return None
+
+
+def _decode(message: Sequence[BodyFrame]) -> list[BodyFrame]:
+    if message[0] == MDPC01:
+        # MDP01-03: [MDPC01, service, body...] is a REQUEST; the service is its frame 1.
+        return [MDPC02, b"\x01", *message[1:]]
+    command = message[1] if len(message) > 1 else b""
+    return [MDPW02, _MDP01_TO_MDP02.get(bytes(command), UNKNOWN_COMMAND), *message[2:]]
+
+
+def _encode(envelope: Relayed, frames: Relayed, request_key: bytes | None) -> Relayed:
+    if frames[0] == MDPC02:
+        return (*envelope, b"", MDPC01, *frames[2:])  # MDP01-03: [MDPC01, service, body]
+    # To a worker (MDP01-02): the core sends it REQUEST, HEARTBEAT or DISCONNECT.
+    return (b"", MDPW01, _MDP02_TO_MDP01.get(bytes(frames[1]), frames[1]), *frames[2:])
+
+
+MDP01 = DialectCodec(
+    dialect=Dialect.MDP01,
+    capabilities=Capabilities(
+        clients=True,
+        workers=True,
+        partial_replies=False,  # MDP01-05
+        worker_heartbeats=True,  # MDP01-07
+        broker_heartbeats=True,
+        disconnect=True,  # MDP01-08
+        mmi=True,  # MDP01-10
+        outstanding_per_client=1,  # MDP01-09
+        client_hops=True,  # MDP01-01
+    ),
+    claims=_claims,
+    decode=_decode,
+    encode=_encode,
+)
