@@ -67,6 +67,7 @@ __all__ = ["BrokerRun", "NeverServed", "TargetDied", "Timing", "Unreachable", "V
 _RUN_IDS: Final = itertools.count()
 _HEARTBEAT: Final = (mdp.WORKER_HEADER, mdp.W_HEARTBEAT)
 _DISCONNECT: Final = (mdp.WORKER_HEADER, mdp.W_DISCONNECT)
+_NOTHING_ASKED: Final = b"nothing-asked"  # the service of a majortomo reply to a client not waiting
 
 
 @dataclass(frozen=True, slots=True)
@@ -1201,11 +1202,12 @@ class _Scenario:
             )
 
     def to_client(self, c: _Client, frames: list[bytes]) -> None:
-        # A majortomo reply names no service (MAJ-05): the one the client asked is put in.
+        # A majortomo reply names no service (MAJ-05): the one the client asked is put in, or,
+        # with nothing asked, a name that says so (its service is not judged in that dialect).
         if c.mmi is not None:
             asked = b"mmi.service"
         else:
-            asked = c.outstanding[0] if c.outstanding is not None else b""
+            asked = c.outstanding[0] if c.outstanding is not None else _NOTHING_ASKED
         try:
             command = mdp.parse_client(self.run.wire.client_in(frames, asked))
         except MalformedMessage as error:
