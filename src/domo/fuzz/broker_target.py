@@ -233,13 +233,15 @@ class _Pacemaker:
         self.last_heartbeat: float | None = None
         self.long_stalls = 0  # gaps long enough for the broker to expire anyone, meanwhile
         self.last_drained: float | None = None
+        self.registered_at = 0.0
+        self.ever_heard = False  # the broker has heartbeated a pacemaker in this run
 
     def register(self) -> None:
         self.close()
         self.sockets += 1
         self.sock = self.run._socket(f"fz{self.run.run_id}-pace-{self.sockets}".encode())
         self.run.put(self.sock, mdp.worker_ready_frames(f"fz.{self.run.run_id}.pace".encode()))
-        self.last_sent = time.monotonic()
+        self.last_sent = self.registered_at = time.monotonic()
         self.last_heard = self.last_heartbeat = self.last_drained = None
 
     def close(self) -> None:
@@ -268,8 +270,9 @@ class _Pacemaker:
         start = time.monotonic()
         if self.last_drained is not None and start - self.last_drained > self.run.timing.interval:
             # Not read for a while (between scenarios, or the fuzzer stalled): a gap measured
-            # across that would be the fuzzer's, not the broker's.
-            self.last_heard = self.last_heartbeat = None
+            # across that would be the fuzzer's, not the broker's. What the broker sent
+            # meanwhile is read next, so when it last spoke stays known.
+            self.last_heartbeat = None
         self.last_drained = start
         while self.sock is not None and owner_sock_has(self.sock):
             frames = self.run.worker_in(self.sock.recv_multipart())
@@ -286,6 +289,7 @@ class _Pacemaker:
                         self.long_stalls += 1
                 self.last_heartbeat = now
                 self.last_heard = now
+                self.ever_heard = True
             elif list(frames[:2]) == list(_DISCONNECT):
                 self.register()
             else:
@@ -294,10 +298,16 @@ class _Pacemaker:
     def stalled(self, now: float) -> bool:
         """Is the broker's heartbeat to the pacemaker overdue now (the broker not running)?
 
-        No evidence, no stall: a broker that never heartbeats it is judged as it is.
+        Overdue: more than ``interval + slack`` after its last message, or after the pacemaker
+        registered if it has heard nothing since. No evidence, no stall: a broker that has
+        never heartbeated a pacemaker in this run is judged as it is, and one silent for
+        ``dead_after`` after a registration is taken for one that does not heartbeat.
         """
         t = self.run.timing
-        return self.last_heard is not None and now - self.last_heard > t.interval + t.slack
+        if self.last_heard is not None:
+            return now - self.last_heard > t.interval + t.slack
+        waited = now - self.registered_at
+        return self.ever_heard and t.interval + t.slack < waited < t.dead_after + t.interval
 
 
 @dataclass
