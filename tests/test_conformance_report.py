@@ -149,3 +149,16 @@ def test_read_findings_takes_rule_explanation_and_readable_steps(
             "replay_file": "worker-MDP-W-09.json",
         }
     ]
+
+
+def test_a_broker_fuzzed_in_another_dialect_is_named_so(run: ModuleType) -> None:
+    record = _record()
+    dialect_run = {**record["runs"][0], "dialect": "majortomo"}
+    record["runs"] = [record["runs"][0], dialect_run]
+    lines = run.render(record).splitlines()
+    assert "| majortomo | broker | rules broken (exit 1) | 7 | 12.5 | MDP-H-04 |" in lines
+    assert (
+        "| majortomo | broker (majortomo dialect) | rules broken (exit 1) | 7 | 12.5 | MDP-H-04 |"
+        in lines
+    )
+    assert "**majortomo broker (majortomo dialect), MDP-H-04**, shrunk scenario:" in lines

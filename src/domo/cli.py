@@ -200,6 +200,7 @@ def _exit_codes_help(command: str) -> str:
 BIND_SCHEMES: Final = ("tcp", "ipc", "inproc")
 CONNECT_SCHEMES: Final = ("tcp", "ipc")  # inproc reaches only sockets of the same process
 FUZZ_TARGETS: Final = ("broker", "worker", "client")  # domo.fuzz.TARGETS, without Hypothesis
+FUZZ_DIALECTS: Final = ("mdp02", "mdp01", "majortomo")  # domo.fuzz.dialect.DIALECTS
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -733,7 +734,8 @@ def _add_fuzz(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
         "and play the broker against the worker or client that connects to it; --exec CMD starts "
         "it ('{endpoint}' in CMD becomes the endpoint bound, e.g. tcp://127.0.0.1:0 picks a free "
         "port), else start it yourself. A client under test must send requests one after another "
-        "for ever (e.g. `domo call --repeat 0`). Use a short --heartbeat-interval and give the "
+        "for ever (e.g. `domo call --repeat 0`). --dialect mdp01 or majortomo plays that dialect's "
+        "clients and workers against a broker. Use a short --heartbeat-interval and give the "
         "peer the same --heartbeat-interval and --liveness. Each violation is printed with its "
         "rule id and a shrunk scenario, saved for --replay. Exit 0: nothing found; 1: violations "
         "found; 2: usage error; 3: the target is unreachable (no broker answered, or no worker or "
@@ -799,6 +801,14 @@ def _add_fuzz(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
         "(lru: the worker idle the longest gets the next request; default: not judged)",
     )
     sub.add_argument(
+        "--dialect",
+        choices=list(FUZZ_DIALECTS),
+        default=None,
+        help="the dialect of the clients and workers played against a broker: mdp02 (RFC 18, "
+        "the default), mdp01 (RFC 7, specs/mdp-0.1.md) or majortomo (specs/majortomo.md); "
+        "with --replay, the file's",
+    )
+    sub.add_argument(
         "--no-mmi",
         dest="mmi",
         action="store_false",
@@ -833,6 +843,8 @@ def _check_fuzz(args: argparse.Namespace) -> None:
             args.parser.error(f"argument ENDPOINT: {error}")
     if args.replay is not None and not args.replay.is_file():
         args.parser.error(f"--replay: no such file: {args.replay}")
+    if args.dialect not in (None, "mdp02") and args.target not in (None, "broker"):
+        args.parser.error("--dialect: only a broker is fuzzed in another dialect than mdp02")
     if args.command is not None:
         if args.target == "broker" or (args.target is None and args.replay is None):
             args.parser.error("--exec starts a worker or client: give --target worker or client")
@@ -872,6 +884,7 @@ async def _fuzz(args: argparse.Namespace) -> int:
         first=args.first,
         dispatch=args.dispatch,
         mmi=args.mmi,
+        dialect=args.dialect or "mdp02",
     )
     try:
         if args.replay is not None:
@@ -883,6 +896,12 @@ async def _fuzz(args: argparse.Namespace) -> int:
             if args.target is not None and args.target != replay.target:
                 print(
                     f"domo fuzz: {args.replay} is a {replay.target} scenario, not {args.target}",
+                    file=sys.stderr,
+                )
+                return EXIT_USAGE
+            if args.dialect is not None and args.dialect != replay.dialect:
+                print(
+                    f"domo fuzz: {args.replay} is a {replay.dialect} scenario, not {args.dialect}",
                     file=sys.stderr,
                 )
                 return EXIT_USAGE
@@ -916,8 +935,13 @@ async def _fuzz(args: argparse.Namespace) -> int:
         print(f"domo fuzz: no scenario could run: {result.never_served}")
     else:
         print(fuzz.format_coverage(result))
+    if result.jitter:  # what the timing windows allowed for (docs/fuzz.md)
+        seen = ", ".join(f"{kind} {s * 1000:.0f} ms" for kind, s in sorted(result.jitter.items()))
+        print(f"domo fuzz: largest jitter samples: {seen}")
     print(
-        f"domo fuzz: {options.target}: {result.examples} scenarios in {result.seconds:.1f} s "
+        f"domo fuzz: {options.target}"
+        + ("" if options.dialect == "mdp02" else f" ({options.dialect})")
+        + f": {result.examples} scenarios in {result.seconds:.1f} s "
         f"({result.scenarios_per_second:.1f}/s), seed {result.seed}; "
         f"{len(result.findings)} rule(s) broken: "
         + (

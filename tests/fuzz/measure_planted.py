@@ -1,13 +1,15 @@
 """Measure ``domo fuzz`` on the planted suite, and on domo's own peers as a control.
 
 ``python tests/fuzz/measure_planted.py [--budget 60] [--seed 1] [--jobs 2] [--controls 10]
-[--control-budget 20] [--hog] [--only FLAW ...]`` (or ``nox -s fuzz_planted -- ARGS``) runs the
-search against every planted broker, worker and client of ``tests/fuzz/planted_*.py`` at a 0.1 s
-heartbeat, each until it names the planted rule or the budget is spent, then against ``domo
-broker``, ``domo worker`` and ``domo call --repeat 0`` with ``--controls`` different seeds each.
-It prints a Markdown table: per plant whether the rule was found, after how many seconds and
-scenarios; per control run what (if anything) was found. ``--hog`` runs a busy loop on one core
-meanwhile (started and killed by its PID). Exit 1 if a control run found anything.
+[--control-budget 20] [--hog [N]] [--controls-only] [--only FLAW ...]`` (or ``nox -s fuzz_planted
+-- ARGS``) runs the search against every planted broker, worker and client of
+``tests/fuzz/planted_*.py`` at a 0.1 s heartbeat, each until it names the planted rule or the
+budget is spent, then against ``domo broker``, ``domo worker`` and ``domo call --repeat 0`` with
+``--controls`` different seeds each. It prints a Markdown table: per plant whether the rule was
+found, after how many seconds and scenarios; per control run what (if anything) was found. ``--hog
+N`` runs N busy loops (one per core you mean to load; ``--hog`` alone: one) meanwhile, started and
+killed by their PIDs; ``--controls-only`` runs only the control. Exit 1 if a control run found
+anything.
 """
 
 from __future__ import annotations
@@ -115,6 +117,7 @@ def one(
         "examples": result.examples,
         "elapsed": result.seconds,
         "others": [str(f.violation) for f in result.findings if f is not hit],
+        "jitter": result.jitter,
     }
 
 
@@ -125,21 +128,22 @@ def main() -> int:
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--controls", type=int, default=10)
     parser.add_argument("--control-budget", type=float, default=20.0)
-    parser.add_argument("--hog", action="store_true")
+    parser.add_argument("--hog", type=int, nargs="?", const=1, default=0, metavar="N")
+    parser.add_argument("--controls-only", action="store_true")
     parser.add_argument("--only", nargs="*", default=None, help="only these flaws (no controls)")
     args = parser.parse_args()
     plants = [("broker", f, (r, *ALSO.get(f, ()))) for f, (r, _) in BROKER_PLANTS.items()]
     plants += [(role, f, (r,)) for (role, f), (r, _) in PEER_PLANTS.items()]
     if args.only is not None:
         plants = [p for p in plants if p[1] in args.only]
+    if args.controls_only:
+        plants = []
     controls = [] if args.only is not None else [
         (role, "domo", (), args.seed + i, args.control_budget)
         for i in range(args.controls)
         for role in ("broker", "worker", "client")
     ]  # fmt: skip
-    hog = None
-    if args.hog:
-        hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.hog)]
     started = time.monotonic()
     try:
         context = multiprocessing.get_context("spawn")
@@ -148,7 +152,7 @@ def main() -> int:
             jobs += [pool.submit(one, *c) for c in controls]
             results = [job.result() for job in jobs]
     finally:
-        if hog is not None:
+        for hog in hogs:
             hog.kill()
             hog.wait()
     planted = [r for r in results if r["flaw"] != "domo"]
@@ -168,6 +172,15 @@ def main() -> int:
     print(f"\ncontrol (domo's own peers): {clean} clean of {clean + len(dirty)} runs")
     for r in dirty:
         print(f"- {r['role']} seed {r['seed']}: {r['others']}")
+    for role in ("broker", "worker", "client"):
+        runs = [r for r in results if r["flaw"] == "domo" and r["role"] == role]
+        if runs:
+            largest: dict[str, float] = {}
+            for r in runs:
+                for kind, seconds in cast(dict[str, float], r["jitter"]).items():
+                    largest[kind] = max(largest.get(kind, 0.0), seconds)
+            shown = ", ".join(f"{k} {v * 1000:.0f} ms" for k, v in sorted(largest.items()))
+            print(f"- {role}: largest jitter samples over the runs: {shown}")
     return 1 if dirty else 0
 
 

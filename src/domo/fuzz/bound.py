@@ -192,20 +192,26 @@ class BoundRun:
         return True
 
     def pump(self, until: float) -> None:
-        """Receive and check until ``until`` (monotonic seconds), running the timers."""
+        """Receive and check until ``until`` (monotonic seconds), running the timers.
+
+        What has arrived is read before the timers judge any silence, so that a stall of the
+        fuzzer's own process is not taken for the peer's silence; how late each wake-up came is
+        a jitter sample (:meth:`wake`).
+        """
         while True:
+            while True:
+                try:
+                    frames = self.router.recv_multipart(flags=zmq.NOBLOCK)
+                except zmq.Again:
+                    break
+                self.heard(frames[0], frames[1:])
             now = time.monotonic()
             self.timers(now)
             if now >= until:
                 return
-            wait = min(until, self.next_timer(now)) - now
-            if self.router.poll(max(0, int(wait * 1000)) + 1, zmq.POLLIN):
-                while True:
-                    try:
-                        frames = self.router.recv_multipart(flags=zmq.NOBLOCK)
-                    except zmq.Again:
-                        break
-                    self.heard(frames[0], frames[1:])
+            wake = min(until, self.next_timer(now))
+            self.router.poll(max(0, int((wake - now) * 1000)) + 1, zmq.POLLIN)
+            self.wake(wake + 0.001, time.monotonic())  # woken early by a message: no sample
 
     # --- for subclasses -----------------------------------------------------------------------
 
@@ -214,6 +220,9 @@ class BoundRun:
 
     def timers(self, now: float) -> None:
         raise NotImplementedError
+
+    def wake(self, planned: float, now: float) -> None:
+        """The receive loop asked to wake at ``planned`` and woke at ``now`` (a jitter sample)."""
 
     def next_timer(self, now: float) -> float:
         """When :meth:`timers` next has something to do (at the latest)."""

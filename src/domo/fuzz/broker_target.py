@@ -3,8 +3,9 @@
 The fuzzer plays up to three workers and two clients, each a DEALER socket with a routing id of
 its own, and models what a conforming broker may send each of them. Every message the broker
 sends is parsed (MDP-W-08, MDP-C-02/03) and checked against that model as it arrives; timing rules
-are checked with a tolerance (``slack``, see :class:`Timing`), so that a conforming broker on a
-loaded machine is never flagged. The checks and the rule each one reports:
+are checked with a tolerance (``slack``, see :class:`Timing`) made of the jitter measured during
+the run, so that a conforming broker on a loaded machine is not flagged. The checks and the rule
+each one reports:
 
 - a REQUEST to a worker that has not sent its FINAL yet: MDP-A-06;
 - a REQUEST whose client or body the fuzzer never sent for that worker's service: MDP-R-03,
@@ -22,14 +23,14 @@ loaded machine is never flagged. The checks and the rule each one reports:
   target has stopped working: MDP-W-16 when the scenario sent malformed messages, else MDP-A-01.
 
 What must arrive, not only what may (each within ``forward_window``, from the agreed interval and
-the jitter measured by the first probe): a PARTIAL or FINAL a worker sent for a client still
-waiting (MDP-R-01); a queued request while a live worker of its service is idle (MDP-A-05,
-MDP-C-10 when it came before any worker, MDP-S-01 when its worker was lost); an MMI answer with
-the right code (MDP-M-01, MDP-M-02, unless ``mmi`` is off). Heartbeats at the interval: a broker
-whose mean gap between messages to a live worker exceeds ``heartbeat_gap_limit`` breaks
-MDP-H-04; the first probe measures the broker's interval and stops with "the intervals differ"
-when it is not the agreed one. Where the spec leaves a choice, a check runs only when the target
-says which it made (``dispatch="lru"``: MDP-A-04).
+the jitter measured during the run, :mod:`domo.fuzz.jitter`): a PARTIAL or FINAL a worker sent for
+a client still waiting (MDP-R-01); a queued request while a live worker of its service is idle
+(MDP-A-05, MDP-C-10 when it came before any worker, MDP-S-01 when its worker was lost); an MMI
+answer with the right code (MDP-M-01, MDP-M-02, unless ``mmi`` is off). Heartbeats at the interval:
+a broker whose mean gap between messages to a live worker exceeds ``heartbeat_gap_limit`` breaks
+MDP-H-04; the first probe measures the broker's interval and stops with "the intervals differ" when
+it is not the agreed one. Where the spec leaves a choice, a check runs only when the target says
+which it made (``dispatch="lru"``: MDP-A-04).
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ import secrets
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Final
 
 import zmq
@@ -47,6 +48,8 @@ import zmq
 from domo.protocol import mdp
 from domo.protocol.errors import MalformedMessage
 
+from .dialect import Wire
+from .jitter import JitterMeter
 from .scenario import (
     BODIES,
     CLIENTS,
@@ -64,28 +67,41 @@ __all__ = ["BrokerRun", "NeverServed", "TargetDied", "Timing", "Unreachable", "V
 _RUN_IDS: Final = itertools.count()
 _HEARTBEAT: Final = (mdp.WORKER_HEADER, mdp.W_HEARTBEAT)
 _DISCONNECT: Final = (mdp.WORKER_HEADER, mdp.W_DISCONNECT)
+_NOTHING_ASKED: Final = b"nothing-asked"  # the service of a majortomo reply to a client not waiting
 
 
 @dataclass(frozen=True, slots=True)
 class Timing:
-    """The heartbeat interval and liveness agreed with the target, and the tolerance used.
+    """The heartbeat interval and liveness agreed with the target, and the windows derived.
 
-    ``slack`` (default ``0.05 s + interval / 2``) is added to every deadline the fuzzer enforces
-    and subtracted from every silence it treats as "certainly still alive".
+    Every window is the agreed interval (times the liveness where a rule counts intervals) plus
+    ``slack``, which is made of the jitter measured during the run (:class:`JitterMeter`): the
+    machine's scheduling delays and the spread of the target's heartbeats. ``slack`` is added to
+    every deadline the fuzzer enforces and subtracted from every silence it treats as "certainly
+    still alive". The windows are read when a check judges, so a stall just seen widens them.
     """
 
     interval: float
     liveness: int
-    jitter: float = 0.0  # measured by the first probe: the target's round-trip time
+    meter: JitterMeter = field(default_factory=JitterMeter, compare=False)
+
+    @property
+    def jitter(self) -> float:
+        """The jitter measured so far (the largest recent sample, at least 5 ms)."""
+        return self.meter.value
 
     @property
     def slack(self) -> float:
-        return 0.05 + self.interval / 2
+        """The margin of every window: 20 ms (a message's way through two sockets and the
+        target's loop) plus four times the measured jitter (the sender's and the receiver's
+        delay, each at both ends of the window)."""
+        return 0.02 + 4 * self.jitter
 
     @property
     def forward_window(self) -> float:
-        """How long a conforming broker may take to forward a reply or dispatch a request."""
-        return self.interval + 2 * self.slack + 4 * self.jitter
+        """How long a conforming broker may take to forward a reply or dispatch a request: one
+        interval (a broker may do its work on its heartbeat tick) plus twice ``slack``."""
+        return self.interval + 2 * self.slack
 
     @property
     def heartbeat_gap_limit(self) -> float:
@@ -95,8 +111,16 @@ class Timing:
 
     @property
     def dead_after(self) -> float:
-        """Silence after which a conforming broker has certainly expired a worker."""
+        """Silence after which a conforming peer has certainly given the other up (MDP-H-05)."""
         return self.liveness * self.interval + self.slack
+
+    @property
+    def keep_alive_limit(self) -> float:
+        """The longest the fuzzer may go without a message to a peer and still count it
+        certainly alive to the target: ``liveness * interval`` less the way there (20 ms) and
+        twice the jitter. A fuzzer later than that with a heartbeat (starved of CPU) may
+        rightly have been given up."""
+        return self.liveness * self.interval - 0.02 - 2 * self.jitter
 
     @property
     def probe_timeout(self) -> float:
@@ -146,7 +170,7 @@ class _Worker:
     holding: tuple[bytes, int] | None = None  # (client address, request seq)
     dead: bool = False
     disconnected_at: float | None = None
-    expect_disconnect_by: float | None = None
+    expect_disconnect_since: float | None = None
     muted_until: float = 0.0
     gap_reported: bool = False
     idle_since: float = 0.0  # when it last became idle (READY or FINAL sent)
@@ -162,7 +186,7 @@ class _Client:
     sock: zmq.Socket[bytes]
     seq: int = 0
     outstanding: tuple[bytes, int] | None = None  # (service, seq)
-    mmi: tuple[frozenset[bytes], float, str] | None = None  # answers allowed, due by, rule
+    mmi: tuple[frozenset[bytes], float, str] | None = None  # answers allowed, asked at, rule
     other_seq: int | None = None  # a second REQUEST on this socket: its reply may come instead
 
 
@@ -191,6 +215,99 @@ class _Token:
     late: bool
     body: tuple[bytes, ...]
     forbidden: str = ""  # the rule broken if it is forwarded at all
+    kind: str = "FINAL"  # or PARTIAL
+
+
+class _Pacemaker:
+    """An idle worker of a service of its own that the fuzzer keeps registered while a scenario
+    runs, only to time the broker: the spread of the broker's heartbeats to it is a jitter
+    sample, and a heartbeat overdue now says the broker is stalled now (judge nothing yet).
+    Nothing it receives is judged: its findings would be the scenario's anyway."""
+
+    def __init__(self, run: BrokerRun) -> None:
+        self.run = run
+        self.sock: zmq.Socket[bytes] | None = None
+        self.sockets = 0
+        self.last_sent = 0.0
+        self.last_heard: float | None = None  # the broker's last message, while registered
+        self.last_heartbeat: float | None = None
+        self.long_stalls = 0  # gaps long enough for the broker to expire anyone, meanwhile
+        self.last_drained: float | None = None
+        self.registered_at = 0.0
+        self.ever_heard = False  # the broker has heartbeated a pacemaker in this run
+
+    def register(self) -> None:
+        self.close()
+        self.sockets += 1
+        self.sock = self.run._socket(f"fz{self.run.run_id}-pace-{self.sockets}".encode())
+        self.run.put(self.sock, mdp.worker_ready_frames(f"fz.{self.run.run_id}.pace".encode()))
+        self.last_sent = self.registered_at = time.monotonic()
+        self.last_heard = self.last_heartbeat = self.last_drained = None
+
+    def close(self) -> None:
+        if self.sock is not None:
+            self.run.put(self.sock, _DISCONNECT)
+            self.sock.close(linger=0)
+            self.sock = None
+
+    def tick(self, now: float) -> None:
+        """Heartbeat the broker; register again if the fuzzer itself was too late for that."""
+        t = self.run.timing
+        heard = self.last_sent if self.last_heard is None else self.last_heard
+        if (
+            self.sock is None
+            or now - self.last_sent > t.keep_alive_limit
+            or now - heard > t.dead_after + t.interval
+        ):
+            # The fuzzer was too late to keep it alive, or the broker has stopped talking to
+            # it (expired while stalled, or it never heartbeats): start afresh.
+            self.register()
+        elif now - self.last_sent >= t.interval:
+            self.run.put(self.sock, _HEARTBEAT)
+            self.last_sent = now
+
+    def drain(self) -> None:
+        start = time.monotonic()
+        if self.last_drained is not None and start - self.last_drained > self.run.timing.interval:
+            # Not read for a while (between scenarios, or the fuzzer stalled): a gap measured
+            # across that would be the fuzzer's, not the broker's. What the broker sent
+            # meanwhile is read next, so when it last spoke stays known.
+            self.last_heartbeat = None
+        self.last_drained = start
+        while self.sock is not None and owner_sock_has(self.sock):
+            frames = self.run.worker_in(self.sock.recv_multipart())
+            now = time.monotonic()
+            if list(frames[:2]) == list(_HEARTBEAT):
+                if self.last_heartbeat is not None:
+                    gap = now - self.last_heartbeat
+                    self.run.timing.meter.heartbeat_gap(self, gap, now)
+                    t = self.run.timing
+                    # The broker did not run for about gap - interval: long enough to expire a
+                    # worker that heartbeats every interval once that reaches (liveness - 1) x
+                    # interval.
+                    if gap > t.liveness * t.interval:
+                        self.long_stalls += 1
+                self.last_heartbeat = now
+                self.last_heard = now
+                self.ever_heard = True
+            elif list(frames[:2]) == list(_DISCONNECT):
+                self.register()
+            else:
+                self.last_heard, self.last_heartbeat = now, None
+
+    def stalled(self, now: float) -> bool:
+        """Is the broker's heartbeat to the pacemaker overdue now (the broker not running)?
+
+        Overdue: more than ``interval + slack`` after its last message, or after the pacemaker
+        registered if it has heard nothing since. No evidence, no stall: a broker that has
+        never heartbeated a pacemaker in this run is judged as it is, and one silent for
+        ``dead_after`` after a registration is taken for one that does not heartbeat.
+        """
+        t = self.run.timing
+        if self.last_heard is not None:
+            return now - self.last_heard > t.interval + t.slack
+        waited = now - self.registered_at
+        return self.ever_heard and t.interval + t.slack < waited < t.dead_after + t.interval
 
 
 @dataclass
@@ -208,9 +325,37 @@ class BrokerRun:
     mmi: bool = True  # judge MMI answers (MDP-M-01, MDP-M-02)
     coverage: Counter[str] = field(default_factory=Counter)
     measured_interval: float | None = None
+    wire: Wire = field(default_factory=Wire)  # the dialect of the peers the fuzzer plays
+    misframed: Violation | None = None  # the last probe message not in the dialect's framing
+    pacemaker: _Pacemaker = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.pacemaker = _Pacemaker(self)
 
     def close(self) -> None:
+        self.pacemaker.close()
         self.context.destroy(linger=0)
+
+    def put(self, sock: zmq.Socket[bytes], frames: Sequence[bytes]) -> None:
+        """Send a valid MDP/0.2 client or worker message, in the dialect's framing."""
+        sock.send_multipart(self.wire.out(frames))
+
+    def worker_in(self, frames: list[bytes]) -> list[bytes]:
+        """A message to a worker as MDP/0.2 frames; an empty list if it is not framed as the
+        dialect's (the scenario's checks report that; the probes just ignore it)."""
+        try:
+            return self.wire.worker_in(frames)
+        except MalformedMessage as error:
+            self.misframed = Violation(error.rule, f"a worker received {error.reason}")
+            return []
+
+    def client_in(self, frames: list[bytes], service: bytes) -> list[bytes]:
+        """A message to a client as MDP/0.2 frames, or an empty list (as :meth:`worker_in`)."""
+        try:
+            return self.wire.client_in(frames, service)
+        except MalformedMessage as error:
+            self.misframed = Violation(error.rule, f"a client received {error.reason}")
+            return []
 
     def _socket(self, identity: bytes) -> zmq.Socket[bytes]:
         sock = self.context.socket(zmq.DEALER)
@@ -228,15 +373,25 @@ class BrokerRun:
         """
         started = time.monotonic()
         if not self.probe("start", self.timing.probe_timeout):
+            if self.misframed is not None:  # it answered, in another framing than the dialect's
+                raise NeverServed(
+                    f"the broker at {self.endpoint} did not answer in {self.wire.name}'s framing: "
+                    f"{self.misframed.explanation}",
+                    [self.misframed],
+                )
             raise Unreachable(
                 f"no MDP/0.2 broker answered at {self.endpoint} within "
                 f"{self.timing.probe_timeout:.1f} s"
             )
         round_trip = time.monotonic() - started
         gaps = self.measure_heartbeats()
-        spread = max(gaps) - min(gaps) if len(gaps) > 1 else 0.0
-        self.timing = replace(self.timing, jitter=min(0.5, max(round_trip, spread) / 2))
+        beats = gaps[1:]  # the first gap is from the READY: not a heartbeat-to-heartbeat one
+        spread = max(beats) - min(beats) if len(beats) > 1 else 0.0
+        self.timing.meter.round_trip(round_trip)
+        self.timing.meter.add(spread / 2, "heartbeat")
         interval = self.timing.interval
+        if not gaps and self.misframed is not None:
+            return [self.misframed]  # its heartbeats came, in another framing
         if not gaps:
             return [
                 Violation(
@@ -265,22 +420,22 @@ class BrokerRun:
         service = f"fz.{self.run_id}.hb".encode()
         worker = self._socket(f"fz{self.run_id}-hb".encode())
         try:
-            worker.send_multipart(mdp.worker_ready_frames(service))
+            self.put(worker, mdp.worker_ready_frames(service))
             sent = last = time.monotonic()
             deadline = sent + self.heartbeat_patience
             gaps: list[float] = []
             while len(gaps) < 4 and (now := time.monotonic()) < deadline:
                 if now - sent >= self.timing.interval:
-                    worker.send_multipart(_HEARTBEAT)
+                    self.put(worker, _HEARTBEAT)
                     sent = now
                 wait = min(deadline, sent + self.timing.interval) - now
                 if worker.poll(max(0, int(wait * 1000)) + 1, zmq.POLLIN):
-                    frames = worker.recv_multipart()
+                    frames = self.worker_in(worker.recv_multipart())
                     if list(frames[:2]) == list(_HEARTBEAT):
                         arrived = time.monotonic()
                         gaps.append(arrived - last)
                         last = arrived
-            worker.send_multipart(_DISCONNECT)
+            self.put(worker, _DISCONNECT)
             return gaps
         finally:
             worker.close(linger=100)
@@ -291,15 +446,25 @@ class BrokerRun:
         worker = self._socket(f"fz{self.run_id}-{tag}-pw".encode())
         client = self._socket(f"fz{self.run_id}-{tag}-pc".encode())
         try:
-            worker.send_multipart(mdp.worker_ready_frames(service))
-            client.send_multipart(mdp.client_request_frames(service, [b"probe"]))
+            self.put(worker, mdp.worker_ready_frames(service))
+            self.put(client, mdp.client_request_frames(service, [b"probe"]))
             deadline = time.monotonic() + timeout
-            got = _recv_until(worker, deadline, lambda f: len(f) >= 5 and f[1] == mdp.W_REQUEST)
+            got = _recv_until(
+                worker,
+                deadline,
+                self.worker_in,
+                lambda f: len(f) >= 5 and f[1] == mdp.W_REQUEST,
+            )
             if got is None:
                 return False
-            worker.send_multipart(mdp.worker_final_frames(got[2], [b"probe-ok"]))
-            reply = _recv_until(client, deadline, lambda f: len(f) >= 4 and f[1] == mdp.C_FINAL)
-            worker.send_multipart(_DISCONNECT)
+            self.put(worker, mdp.worker_final_frames(got[2], [b"probe-ok"]))
+            reply = _recv_until(
+                client,
+                deadline,
+                lambda f: self.client_in(f, service),
+                lambda f: len(f) >= 4 and f[1] == mdp.C_FINAL,
+            )
+            self.put(worker, _DISCONNECT)
             return reply is not None
         finally:
             worker.close(linger=100)
@@ -312,11 +477,14 @@ class BrokerRun:
 
 
 def _recv_until(
-    sock: zmq.Socket[bytes], deadline: float, wanted: Callable[[list[bytes]], bool]
+    sock: zmq.Socket[bytes],
+    deadline: float,
+    translate: Callable[[list[bytes]], list[bytes]],
+    wanted: Callable[[list[bytes]], bool],
 ) -> list[bytes] | None:
     while (left := deadline - time.monotonic()) > 0:
         if sock.poll(int(left * 1000) + 1, zmq.POLLIN):
-            frames = sock.recv_multipart()
+            frames = translate(sock.recv_multipart())
             if wanted(frames):
                 return frames
     return None
@@ -337,10 +505,15 @@ class _Scenario:
         self.sockets_made = 0
         self.violations: list[Violation] = []
         self.tokens: dict[bytes, _Token] = {}
+        # A client of another dialect is named to workers by a key the broker makes: both ways.
+        self.aliases: dict[bytes, bytes] = {}  # the broker's key -> the fuzzer's client address
+        self.address_for: dict[bytes, bytes] = {}
         self.requests: dict[tuple[bytes, int], _Request] = {}  # (client address, seq)
-        self.due: dict[bytes, tuple[float, str, str]] = {}  # token -> by when, rule, what
+        self.due: dict[bytes, tuple[float, str, str]] = {}  # token -> sent when, rule, what
         self.abandoned: list[zmq.Socket[bytes]] = []
         self.had_garbage = False
+        self.long_stalls_seen = run.pacemaker.long_stalls
+        self.deferred_at: float | None = None  # when judging was last put off (broker stalled)
         self.ever_served: set[bytes] = set()  # services some worker sent READY for
         self.exercised: set[str] = set()
         self.beat_gaps: list[float] = []
@@ -360,7 +533,7 @@ class _Scenario:
 
     def send(self, w: _Worker, frames: Sequence[bytes]) -> None:
         assert w.sock is not None
-        w.sock.send_multipart(frames)
+        self.run.put(w.sock, frames)
         w.last_sent = time.monotonic()
         w.said_something = True
 
@@ -370,7 +543,7 @@ class _Scenario:
         w.sock = self.run._socket(f"{self.prefix}-{w.name}-{self.sockets_made}".encode())
         now = time.monotonic()
         w.registered = w.said_something = w.dead = False
-        w.holding = w.disconnected_at = w.expect_disconnect_by = None
+        w.holding = w.disconnected_at = w.expect_disconnect_since = None
         w.last_heard = w.last_sent = w.idle_since = now
         w.heartbeats_heard = 0
         w.gap_reported = False
@@ -386,7 +559,7 @@ class _Scenario:
             w.sock = None
         self.lose(w, time.monotonic())
         w.registered = False
-        w.expect_disconnect_by = None
+        w.expect_disconnect_since = None
         w.disconnected_at = None
 
     def lose(self, w: _Worker, at: float) -> None:
@@ -419,7 +592,11 @@ class _Scenario:
             # Let every pending deadline pass, so that late messages, missing DISCONNECTs and
             # missing heartbeats show: any worker still connected has one.
             pending = any(w.sock is not None for w in self.workers) or bool(self.due)
-            self.pump(time.monotonic() + (self.t.dead_after if pending else self.t.slack))
+            settle = time.monotonic()
+            self.pump(settle + (self.t.dead_after if pending else self.t.slack))
+            if self.deferred_at is not None and self.deferred_at >= settle:
+                # Judging was put off while the broker stalled: give it the time it lost.
+                self.pump(time.monotonic() + self.t.dead_after)
             self.judge_heartbeat_rate()
             if not self.run.probe(self.tag, self.t.probe_timeout):
                 rule = "MDP-W-16" if self.had_garbage else "MDP-A-01"
@@ -434,7 +611,7 @@ class _Scenario:
             self.run.coverage.update(self.exercised)
             for w in self.workers:
                 if w.sock is not None and w.registered:
-                    w.sock.send_multipart(_DISCONNECT)
+                    self.run.put(w.sock, _DISCONNECT)
                 self.retire(w)
             for sock in [*self.abandoned, *(c.sock for c in self.clients)]:
                 sock.close(linger=0)
@@ -479,7 +656,7 @@ class _Scenario:
         nobody = not self.live_workers_of(service)
         self.requests[(c.address, c.seq)] = _Request(service, body, now, no_worker_yet=nobody)
         c.outstanding = (service, c.seq)
-        c.sock.send_multipart(mdp.client_request_frames(service, list(body)))
+        self.run.put(c.sock, mdp.client_request_frames(service, list(body)))
         self.arm("MDP-S-03", "MDP-C-10" if nobody else "MDP-A-05")
 
     def second_request(self, c: _Client, actor: int, service: bytes) -> None:
@@ -498,7 +675,7 @@ class _Scenario:
         if first in self.requests:
             self.requests[first].required = False
             self.requests[first].sibling = (c.address, c.seq)
-        c.sock.send_multipart(mdp.client_request_frames(service, list(body)))
+        self.run.put(c.sock, mdp.client_request_frames(service, list(body)))
         self.arm("MDP-S-02")
 
     def mmi(self, c: _Client, actor: int, which: int) -> None:
@@ -507,9 +684,9 @@ class _Scenario:
         if c.outstanding is not None or c.mmi is not None:
             self.new_client_socket(c, actor)
         now = time.monotonic()
-        due = now + self.t.forward_window
+        due = now  # answered within forward_window of this
         if which == 3:
-            c.sock.send_multipart(mdp.client_request_frames(b"mmi.nosuch", [b"x"]))
+            self.run.put(c.sock, mdp.client_request_frames(b"mmi.nosuch", [b"x"]))
             c.mmi = (frozenset({b"501"}), due, "MDP-M-02")
             self.arm("MDP-M-02")
             return
@@ -529,7 +706,7 @@ class _Scenario:
                 allowed = {b"404"}
             else:
                 allowed = {b"200", b"404"}  # a worker came or went just now
-        c.sock.send_multipart(mdp.client_request_frames(b"mmi.service", [name]))
+        self.run.put(c.sock, mdp.client_request_frames(b"mmi.service", [name]))
         c.mmi = (frozenset(allowed), due, "MDP-M-01")
         self.arm("MDP-M-01")
 
@@ -588,7 +765,9 @@ class _Scenario:
             case "reply":
                 if live and w.registered and w.holding is not None:
                     extra = REPLY_BODIES[step.arg // 3 % len(REPLY_BODIES)][1]
-                    for _ in range(step.arg % 3):
+                    # An MDP/0.1 worker has one REPLY, no PARTIAL (MDP01-04).
+                    partials = step.arg % 3 if self.run.wire.worker_partials else 0
+                    for _ in range(partials):
                         self.send_reply(w, mdp.W_PARTIAL, late=False, extra=extra)
                     self.send_reply(w, mdp.W_FINAL, late=False, extra=extra)
                     r = self.requests.get(w.holding)
@@ -642,7 +821,10 @@ class _Scenario:
                 sock = w.sock if live and w.sock is not None else self.fresh_socket(w)
                 _, template = GARBAGE[step.arg % len(GARBAGE)]
                 svc = w.service or self.services[0]
-                sock.send_multipart([svc if f == b"{svc}" else f for f in template])
+                garbage = self.run.wire.garbage([svc if f == b"{svc}" else f for f in template])
+                if garbage is None:
+                    return  # valid in some dialect once framed: no near-miss here
+                sock.send_multipart(garbage)
                 self.had_garbage = True
                 self.arm("MDP-W-16")
                 # The broker may treat this peer as invalid from now on; its request certainly
@@ -663,13 +845,16 @@ class _Scenario:
         elif which == 1:
             if w.holding is not None:
                 return
-            self.send(w, mdp.worker_final_frames(self.clients[0].address, [b"unasked"]))
-        else:
+            address = self.opaque(self.clients[0].address)
+            self.send(w, mdp.worker_final_frames(address, [b"unasked"]))
+        elif self.run.wire.worker_sends_request:
             self.send(w, [mdp.WORKER_HEADER, mdp.W_REQUEST, self.clients[0].address, b"", b"x"])
+        else:
+            return
         self.expect_disconnect(w, "MDP-W-15")
 
     def expect_disconnect(self, w: _Worker, rule: str) -> None:
-        w.expect_disconnect_by = time.monotonic() + self.t.dead_after
+        w.expect_disconnect_since = time.monotonic()
         w.disconnect_rule = rule
         w.registered = False
         self.lose(w, time.monotonic())
@@ -681,6 +866,8 @@ class _Scenario:
 
     def stray_reply(self, w: _Worker, live: bool, which: int) -> None:
         code = mdp.W_FINAL if which in (0, 2, 4) else mdp.W_PARTIAL
+        if not self.run.wire.worker_partials:
+            code = mdp.W_FINAL  # an MDP/0.1 worker's only reply (MDP01-04)
         if which in (0, 1):
             self.fresh_socket(w)
             c = self.waiting_client()
@@ -708,7 +895,7 @@ class _Scenario:
         token = f"tok:{self.prefix}:{len(self.tokens)}".encode()
         seq = c.outstanding[1] if c.outstanding is not None else 0
         self.tokens[token] = _Token(c.address, seq, False, (token,), forbidden=rule)
-        self.send(w, [mdp.WORKER_HEADER, code, c.address, b"", token])
+        self.send(w, [mdp.WORKER_HEADER, code, self.opaque(c.address), b"", token])
         self.arm(rule)
 
     def send_reply(
@@ -718,16 +905,16 @@ class _Scenario:
         client, seq = w.holding
         token = f"tok:{self.prefix}:{len(self.tokens)}".encode()
         body = (token, *extra)
-        self.tokens[token] = _Token(client, seq, late, body)
-        self.send(w, [mdp.WORKER_HEADER, code, client, b"", *body])
+        kind = "FINAL" if code == mdp.W_FINAL else "PARTIAL"
+        self.tokens[token] = _Token(client, seq, late, body, kind=kind)
+        self.send(w, [mdp.WORKER_HEADER, code, self.opaque(client), b"", *body])
         r = self.requests.get((client, seq))
         if r is not None and code == mdp.W_PARTIAL:
             r.partial_sent = True
         waiting = any(c.address == client and c.outstanding is not None for c in self.clients)
-        if not late and waiting:
-            kind = "FINAL" if code == mdp.W_FINAL else "PARTIAL"
+        if not late and waiting and (kind == "FINAL" or self.run.wire.client_partials):
             self.due[token] = (
-                time.monotonic() + self.t.forward_window,
+                time.monotonic(),
                 "MDP-R-01",
                 f"{w.name}'s {kind}",
             )
@@ -745,17 +932,19 @@ class _Scenario:
             socks[c.sock] = c
         for s in socks:
             poller.register(s, zmq.POLLIN)
+        pace = self.run.pacemaker
+        pace.tick(time.monotonic())
+        pace_sock = pace.sock
+        if pace_sock is not None:
+            poller.register(pace_sock, zmq.POLLIN)
+        ready: list[zmq.Socket[bytes]] = list(socks)
         while True:
-            now = time.monotonic()
-            self.timers(now)
-            due = [until]
-            for w in self.workers:
-                if self.beats(w):
-                    due.append(max(w.last_sent + self.t.interval, w.muted_until))
-            wait = min(due) - now
-            if now >= until:
-                return
-            for sock, _ in poller.poll(max(0, int(min(wait, 0.05) * 1000)) + 1):
+            pace.drain()
+            # Read everything that has arrived before judging any silence: after a stall of the
+            # fuzzer's own process the target's messages are waiting here, not missing.
+            for sock in ready:
+                if sock not in socks:
+                    continue  # the pacemaker's, drained above
                 owner = socks[sock]
                 while owner_sock_has(sock):
                     frames = sock.recv_multipart()
@@ -765,6 +954,24 @@ class _Scenario:
                         self.to_worker(owner, frames)
                     else:
                         self.to_client(owner, frames)
+            now = time.monotonic()
+            pace.tick(now)
+            if pace.sock is not pace_sock:  # registered again on a new socket
+                if pace_sock is not None:
+                    poller.unregister(pace_sock)
+                pace_sock = pace.sock
+                if pace_sock is not None:
+                    poller.register(pace_sock, zmq.POLLIN)
+            self.timers(now)
+            due = [until, pace.last_sent + self.t.interval]
+            for w in self.workers:
+                if self.beats(w):
+                    due.append(max(w.last_sent + self.t.interval, w.muted_until))
+            if now >= until:
+                return
+            wake = now + max(0.0, min(min(due) - now, 0.05))
+            ready = [sock for sock, _ in poller.poll(int((wake - now) * 1000) + 1)]
+            self.t.meter.wake(wake + 0.001, time.monotonic())
 
     def beats(self, w: _Worker) -> bool:
         return (
@@ -772,14 +979,38 @@ class _Scenario:
             and w.registered
             and not w.dead
             and w.disconnected_at is None
-            and w.expect_disconnect_by is None
+            and w.expect_disconnect_since is None
         )
 
     def timers(self, now: float) -> None:
         for w in self.workers:
             if self.beats(w) and now >= w.muted_until and now - w.last_sent >= self.t.interval:
+                if now - w.last_sent > self.t.keep_alive_limit:
+                    # The fuzzer itself was late with this worker's heartbeat (starved of CPU):
+                    # the broker may rightly have expired it. Leave it, as after garbage.
+                    self.lose(w, w.last_sent + self.t.dead_after)
+                    self.unsure[w.service] = w.last_sent + self.t.dead_after
+                    self.retire(w)
+                    continue
                 self.send(w, _HEARTBEAT)
-            if w.expect_disconnect_by is not None and now > w.expect_disconnect_by:
+        pace = self.run.pacemaker
+        if pace.long_stalls > self.long_stalls_seen:
+            # The broker did not run for about liveness x interval: it may rightly have expired
+            # any worker meanwhile. Leave every live one, as after garbage.
+            self.long_stalls_seen = pace.long_stalls
+            for w in self.workers:
+                if self.beats(w):
+                    self.lose(w, now)
+                    self.unsure[w.service] = now + self.t.dead_after
+                    self.retire(w)
+        if pace.stalled(now):
+            self.deferred_at = now
+            return  # the broker is not running now: judge when it is, with the stall measured
+        for w in self.workers:
+            if (
+                w.expect_disconnect_since is not None
+                and now > w.expect_disconnect_since + self.t.dead_after
+            ):
                 self.flag(
                     w.disconnect_rule,
                     f"{w.name} sent a valid but unexpected command and got no DISCONNECT within "
@@ -804,8 +1035,8 @@ class _Scenario:
                             f"{w.name} kept heartbeating yet the broker stopped sending it "
                             f"anything for {silent:.2f} s: it treated a live worker as gone",
                         )
-        for token, (by, rule, what) in list(self.due.items()):
-            if now > by:
+        for token, (since, rule, what) in list(self.due.items()):
+            if now > since + self.t.forward_window:
                 del self.due[token]
                 self.flag(
                     rule,
@@ -813,7 +1044,7 @@ class _Scenario:
                     f"{self.t.forward_window:.2f} s",
                 )
         for c in self.clients:
-            if c.mmi is not None and now > c.mmi[1]:
+            if c.mmi is not None and now > c.mmi[1] + self.t.forward_window:
                 self.flag(
                     c.mmi[2],
                     f"no answer to an MMI request within {self.t.forward_window:.2f} s",
@@ -855,11 +1086,11 @@ class _Scenario:
     def to_worker(self, w: _Worker, frames: list[bytes]) -> None:
         now = time.monotonic()
         try:
-            command = mdp.parse_worker(frames)
+            command = mdp.parse_worker(self.run.wire.worker_in(frames))
         except MalformedMessage as error:
             self.flag(error.rule, f"{w.name} received a malformed message: {error.reason}")
             return
-        self.arm("MDP-W-08")
+        self.arm("MDP-W-08", self.run.wire.worker_rule)
         if w.disconnected_at is not None and now - w.disconnected_at > self.t.slack:
             self.flag(
                 "MDP-W-13",
@@ -882,6 +1113,8 @@ class _Scenario:
                 self.beat_gaps.append(now - w.last_beat)
             w.last_beat = now
         w.last_heard = now
+        # No jitter sample from a scenario's workers: what the scenario (or a flaw) does to them
+        # shifts the broker's heartbeats; the pacemaker's are taken instead.
         if isinstance(command, mdp.WorkerHeartbeat):
             w.heartbeats_heard += 1
         elif isinstance(command, mdp.WorkerDisconnect):
@@ -890,7 +1123,7 @@ class _Scenario:
             self.retire(w)  # MDP-W-17: it closes this socket
         elif isinstance(command, mdp.WorkerRequest):
             self.check_request(w, command)
-        elif w.expect_disconnect_by is None:
+        elif w.expect_disconnect_since is None:
             self.flag(
                 "MDP-W-08",
                 f"{w.name} received {type(command).__name__}, a command only workers send",
@@ -904,10 +1137,11 @@ class _Scenario:
                 "MDP-A-06",
                 f"{w.name} was sent a second REQUEST before it sent the FINAL of its first",
             )
-        known = [(key, r) for key, r in self.requests.items() if key[0] == command.client]
+        client = self.learn_address(command)
+        known = [(key, r) for key, r in self.requests.items() if key[0] == client]
         match = [(k, r) for k, r in known if tuple(command.body) == r.body]
         if not known:
-            self.flag("MDP-R-03", f"{w.name} got a REQUEST for unknown client {command.client!r}")
+            self.flag("MDP-R-03", f"{w.name} got a REQUEST for unknown client {client!r}")
             return
         if not match:
             sizes = [len(f) for f in command.body]
@@ -916,7 +1150,7 @@ class _Scenario:
                 f"{w.name} got a REQUEST whose body (frames of {sizes} bytes) no client sent",
             )
         key, r = (match or known)[-1]  # altered, it is still that client's request
-        if r.service != w.service and w.expect_disconnect_by is None:
+        if r.service != w.service and w.expect_disconnect_since is None:
             self.flag(
                 "MDP-C-09", f"{w.name} serves {w.service!r} but got a request for {r.service!r}"
             )
@@ -934,6 +1168,30 @@ class _Scenario:
         w.holding = key
         if w.dead:
             self.lose(w, w.last_sent + self.t.dead_after)
+
+    def opaque(self, client: bytes) -> bytes:
+        """The address the broker gave workers for the fuzzer's client ``client``."""
+        return self.address_for.get(client, client)
+
+    def learn_address(self, command: mdp.WorkerRequest) -> bytes:
+        """The fuzzer's client that a REQUEST's client address stands for.
+
+        An MDP/0.2 broker names a client by its routing id. For a client of another dialect
+        the address is a key the broker makes (MDP01-11, MAJ-07: opaque to the worker, which
+        returns it as it came), so it is learnt from the first REQUEST that carries it: the
+        oldest queued request with that body whose client has no key yet.
+        """
+        if command.client in self.aliases or self.run.wire.name == "mdp02":
+            return self.aliases.get(command.client, command.client)
+        if any(key[0] == command.client for key in self.requests):
+            return command.client  # a routing id the broker kept as it was
+        body = tuple(command.body)
+        for (client, _), r in self.requests.items():
+            if r.state == "queued" and r.body == body and client not in self.address_for:
+                self.aliases[command.client] = client
+                self.address_for[client] = command.client
+                return client
+        return command.client
 
     def judge_lru(self, w: _Worker, r: _Request, now: float) -> None:
         # MDP-A-04, as the target declared it: the worker idle the longest gets the request.
@@ -954,11 +1212,18 @@ class _Scenario:
             )
 
     def to_client(self, c: _Client, frames: list[bytes]) -> None:
+        # A majortomo reply names no service (MAJ-05): the one the client asked is put in, or,
+        # with nothing asked, a name that says so (its service is not judged in that dialect).
+        if c.mmi is not None:
+            asked = b"mmi.service"
+        else:
+            asked = c.outstanding[0] if c.outstanding is not None else _NOTHING_ASKED
         try:
-            command = mdp.parse_client(frames)
+            command = mdp.parse_client(self.run.wire.client_in(frames, asked))
         except MalformedMessage as error:
             self.flag(error.rule, f"client received a malformed message: {error.reason}")
             return
+        self.arm(self.run.wire.client_rule)
         if isinstance(command, mdp.ClientRequest):
             self.flag("MDP-D-20", "client received REQUEST, a command only clients send")
             return
@@ -986,6 +1251,13 @@ class _Scenario:
                 f"client got a {kind} from a worker that held no request of that client",
             )
             return
+        if origin.kind == "PARTIAL" and not self.run.wire.client_partials:
+            self.flag(
+                "MDP01-05",
+                "an MDP/0.1 client got a PARTIAL a worker sent (as its one reply): a REQ client "
+                "takes one reply per request, the FINAL",
+            )
+            return
         if tuple(command.body) != origin.body:
             sizes = [len(f) for f in command.body]
             self.flag("MDP-S-03", f"client got a {kind} whose body (frames of {sizes}) was altered")
@@ -998,7 +1270,9 @@ class _Scenario:
         elif c.outstanding is None or origin.seq not in (c.outstanding[1], c.other_seq):
             self.flag("MDP-C-06", f"client got a {kind} with no request outstanding")
             return
-        elif command.service != (expected := self.service_of(origin, c.outstanding[0])):
+        elif self.run.wire.replies_name_service and command.service != (
+            expected := self.service_of(origin, c.outstanding[0])
+        ):
             self.flag(
                 "MDP-R-01",
                 f"client got a {kind} naming service {command.service!r}, not {expected!r}",

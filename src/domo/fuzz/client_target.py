@@ -188,6 +188,9 @@ class ClientRun(BoundRun):
 
     # --- receiving and checking --------------------------------------------------------------
 
+    def wake(self, planned: float, now: float) -> None:
+        self.t.meter.wake(planned, now)
+
     def timers(self, now: float) -> None:
         pass  # MDP/Client has no heartbeats; the checks happen as requests arrive
 

@@ -473,6 +473,7 @@ class Replay:
     steps: list[Step]
     rule: str = ""
     explanation: str = ""
+    dialect: str = "mdp02"  # the dialect of the peers played against a broker
 
 
 def save_replay(path: Path, replay: Replay) -> None:
@@ -482,6 +483,7 @@ def save_replay(path: Path, replay: Replay) -> None:
         "target": replay.target,
         "heartbeat_interval": replay.heartbeat_interval,
         "liveness": replay.liveness,
+        "dialect": replay.dialect,
         "rule": replay.rule,
         "explanation": replay.explanation,
         "steps": [[s.kind, s.actor, s.arg] for s in replay.steps],
@@ -511,6 +513,7 @@ def load_replay(path: Path) -> Replay:
             steps=steps,
             rule=str(data.get("rule", "")),
             explanation=str(data.get("explanation", "")),
+            dialect=str(data.get("dialect", "mdp02")),  # files from before --dialect: MDP/0.2
         )
     except (KeyError, TypeError, json.JSONDecodeError) as error:
         raise ValueError(f"bad replay file {path}: {error}") from error

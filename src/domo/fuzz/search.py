@@ -25,6 +25,7 @@ from hypothesis.errors import NoSuchExample
 
 from .broker_target import BrokerRun, NeverServed, TargetDied, Timing, Violation
 from .client_target import ClientRun
+from .dialect import DIALECT_RULES, Wire
 from .scenario import (
     JUDGED_RULES,
     STEP_RULES,
@@ -92,6 +93,8 @@ class FuzzOptions:
     dispatch: str | None = None
     mmi: bool = True  # judge the MMI answers (MDP-M-01, MDP-M-02): the target implements RFC 8
     stop_after: tuple[str, ...] = ()  # stop once one of these rules is found (measurements)
+    # The dialect of the clients and workers played against a broker (domo.fuzz.dialect).
+    dialect: str = "mdp02"
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +118,8 @@ class FuzzResult:
     seed: int = 0  # the seed the search used: ``--seed`` repeats it
     coverage: Counter[str] = field(default_factory=Counter)  # rule id -> times exercised
     judged: tuple[str, ...] = ()  # the rules this target's checks can judge
+    # The largest jitter sample of each kind (domo.fuzz.jitter): what the windows allowed for.
+    jitter: dict[str, float] = field(default_factory=dict)
 
     @property
     def rules(self) -> list[str]:
@@ -164,13 +169,23 @@ def format_finding(
     return "\n".join(lines)
 
 
-def open_run(options: FuzzOptions) -> _Run:
-    """Connect to (broker) or bind (worker, client) ``options.endpoint``."""
-    timing = Timing(options.heartbeat_interval, options.liveness)
+def open_run(options: FuzzOptions, timing: Timing | None = None) -> _Run:
+    """Connect to (broker) or bind (worker, client) ``options.endpoint``; ``timing`` (the
+    agreed interval and liveness, and the jitter meter) is made from ``options`` if not given."""
+    if timing is None:
+        timing = Timing(options.heartbeat_interval, options.liveness)
     if options.target == "broker":
         if options.command is not None:
             raise ValueError("--exec starts a worker or client; start the broker yourself")
-        return BrokerRun(options.endpoint, timing, dispatch=options.dispatch, mmi=options.mmi)
+        return BrokerRun(
+            options.endpoint,
+            timing,
+            dispatch=options.dispatch,
+            mmi=options.mmi,
+            wire=Wire(options.dialect),
+        )
+    if options.dialect != "mdp02":
+        raise ValueError(f"--dialect {options.dialect}: only a broker is fuzzed in other dialects")
     if options.target == "worker":
         return WorkerRun(options.endpoint, timing, options.command)
     if options.target == "client":
@@ -190,12 +205,15 @@ def fuzz(options: FuzzOptions, progress: TextIO | None = sys.stderr) -> FuzzResu
     """
     seed = options.seed if options.seed is not None else random.SystemRandom().randrange(2**32)
     options = replace(options, seed=seed)
-    run = open_run(options)
+    timing = Timing(options.heartbeat_interval, options.liveness)
+    run = open_run(options, timing)
     # MDP-A-04 is a MAY: judged only when the target says which choice it made; the MMI rules
     # only when it implements MMI.
     skipped = {"MDP-A-04"} if options.dispatch is None else set()
     skipped |= set() if options.mmi else {"MDP-M-01", "MDP-M-02", "MDP-D-14"}
     judged = tuple(rule for rule in JUDGED_RULES[options.target] if rule not in skipped)
+    if options.target == "broker":
+        judged += DIALECT_RULES.get(options.dialect, ())
     result = FuzzResult(seed=seed, judged=judged)
     start = time.monotonic()
     if progress is not None:
@@ -311,6 +329,7 @@ def fuzz(options: FuzzOptions, progress: TextIO | None = sys.stderr) -> FuzzResu
         run.close()
         result.examples = run.examples
         result.coverage = Counter(run.coverage)
+        result.jitter = dict(timing.meter.largest)
         result.seconds = time.monotonic() - start
         if progress is not None and _is_terminal(progress):
             progress.write("\n")  # ends the progress line
@@ -336,6 +355,7 @@ def replay_file(
         target=replay.target,
         heartbeat_interval=replay.heartbeat_interval,
         liveness=replay.liveness,
+        dialect=replay.dialect,
     )
     run = open_run(options)
     try:
@@ -359,7 +379,8 @@ def _finding(
 ) -> Finding:
     path = None
     if options.findings_dir is not None:
-        path = options.findings_dir / f"{options.target}-{violation.rule}.json"
+        dialect = "" if options.dialect == "mdp02" else f"{options.dialect}-"
+        path = options.findings_dir / f"{options.target}-{dialect}{violation.rule}.json"
         save_replay(
             path,
             Replay(
@@ -369,6 +390,7 @@ def _finding(
                 steps,
                 violation.rule,
                 violation.explanation,
+                options.dialect,
             ),
         )
     return Finding(violation, steps, path, seconds)

@@ -68,7 +68,8 @@ class _Connection:
     told_disconnect_at: float | None = None  # the fuzzer sent DISCONNECT
     ended_when_told: int = 0  # connections ended by then (BoundRun.connections_ended)
     quiet_until: float = 0.0  # the fuzzer sends it nothing until then
-    lost_at: float | None = None  # the worker should have given it up by then (broker silent)
+    lost_at: float | None = None  # liveness x interval of broker silence ended then
+    last_heartbeat: float | None = None  # its last HEARTBEAT, if nothing else came since
     holding: dict[bytes, float] = field(default_factory=dict)  # client address -> FINAL due by
     tolerated: set[bytes] = field(default_factory=set)  # addresses it may answer, no deadline
     flagged: set[str] = field(default_factory=set)
@@ -259,9 +260,9 @@ class WorkerRun(BoundRun):
         conn.quiet_until = start + seconds
         lost_after = self.t.liveness * self.t.interval
         if seconds >= self.t.dead_after:
-            conn.lost_at = start + lost_after + self.t.slack
+            conn.lost_at = start + lost_after
             self.expect_ready = (
-                conn.lost_at + self.reconnect_timeout,
+                conn.lost_at + self.t.slack + self.reconnect_timeout,
                 "MDP-H-06",
                 f"after {seconds:.2f} s of broker silence the worker did not reconnect with READY "
                 f"within {self.reconnect_timeout:.1f} s",
@@ -302,6 +303,9 @@ class WorkerRun(BoundRun):
             if conn.usable:
                 due.append(max(conn.last_sent + self.t.interval, conn.quiet_until))
         return min(due)
+
+    def wake(self, planned: float, now: float) -> None:
+        self.t.meter.wake(planned, now)
 
     def timers(self, now: float) -> None:
         for conn in list(self.connections.values()):
@@ -352,7 +356,7 @@ class WorkerRun(BoundRun):
                 )
             return
         if conn.lost_at is not None:
-            if now > conn.lost_at:
+            if now > conn.lost_at + self.t.slack:
                 self.flag(
                     conn,
                     "MDP-H-05",
@@ -365,6 +369,12 @@ class WorkerRun(BoundRun):
         except MalformedMessage as error:
             self.flag(conn, error.rule, f"{conn.name} sent a malformed message: {error.reason}")
             return
+        if not isinstance(command, mdp.WorkerHeartbeat) or not conn.usable:
+            conn.last_heartbeat = None
+        else:
+            if conn.last_heartbeat is not None:
+                self.t.meter.heartbeat_gap(conn.identity, now - conn.last_heartbeat, now)
+            conn.last_heartbeat = now
         match command:
             case mdp.WorkerReady():
                 self.ready(conn, command, now)
@@ -407,11 +417,18 @@ class WorkerRun(BoundRun):
 
     def gave_up(self, conn: _Connection, now: float, how: str) -> None:
         """The worker left ``conn``: wrong only during a silence still short of liveness."""
-        if self.short_silence is not None and self.short_silence[0] <= now:
+        # Judged by the fuzzer's last message on that connection, not by the step's plan: a
+        # fuzzer starved of CPU may have been silent longer than the step asked.
+        quiet = now - conn.last_sent
+        if (
+            self.short_silence is not None
+            and self.short_silence[0] <= now
+            and quiet < self.t.liveness * self.t.interval - self.t.slack
+        ):
             self.flag(
                 conn,
                 "MDP-H-05",
-                f"{conn.name}: the worker {how} after only {now - self.short_silence[0]:.2f} s "
+                f"{conn.name}: the worker {how} after only {quiet:.2f} s "
                 f"of broker silence, less than liveness x interval "
                 f"({self.t.liveness * self.t.interval:.2f} s)",
             )
