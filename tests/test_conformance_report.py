@@ -156,9 +156,9 @@ def test_a_broker_fuzzed_in_another_dialect_is_named_so(run: ModuleType) -> None
     dialect_run = {**record["runs"][0], "dialect": "majortomo"}
     record["runs"] = [record["runs"][0], dialect_run]
     lines = run.render(record).splitlines()
-    assert "| majortomo | broker | rules broken (exit 1) | 7 | 12.5 | MDP-H-04 |" in lines
+    assert "| majortomo | broker | rules broken (exit 7) | 7 | 12.5 | MDP-H-04 |" in lines
     assert (
-        "| majortomo | broker (majortomo dialect) | rules broken (exit 1) | 7 | 12.5 | MDP-H-04 |"
+        "| majortomo | broker (majortomo dialect) | rules broken (exit 7) | 7 | 12.5 | MDP-H-04 |"
         in lines
     )
     assert "**majortomo broker (majortomo dialect), MDP-H-04**, shrunk scenario:" in lines
