@@ -7,6 +7,7 @@ the suite on every supported Python that is installed.
 from __future__ import annotations
 
 import logging
+import shutil
 from pathlib import Path
 
 import nox
@@ -146,10 +147,16 @@ def docs(session: nox.Session) -> None:
     Screenshots land in build/site-check/.
     """
     # trace: the operating tutorial reads a broker's --trace-dir with pyarrow; metrics: the API
-    # reference of domo.metrics.
-    session.install("-e", ".[trace,metrics]", *group("docs"), *group("test"))
+    # reference of domo.metrics; spark: a `domo report --html` page for the browser check.
+    session.install("-e", ".[trace,metrics,spark]", *group("docs"), *group("test"))
     session.run("mkdocs", "build", "--strict", env={"NO_MKDOCS_2_WARNING": "1"})
     session.run("pytest", "tests/docs", "-q", *session.posargs)
+    # The HTML page domo itself produces, checked and screenshotted beside the site's pages
+    # (tests/docs/site_check.toml): a report over synthetic traces in the schema the broker writes.
+    sample = Path("build/report-sample")
+    shutil.rmtree(sample, ignore_errors=True)
+    session.run("python", "benchmarks/_gen_traces.py", "--rows", "20000", str(sample / "traces"))
+    session.run("domo", "report", str(sample / "traces"), "--html", str(sample / "report.html"))
     if not Path("/usr/bin/chromium").exists() or not Path("/usr/bin/chromedriver").exists():
         # Debian's browser and driver, never a browser download of a library's own.
         session.run("apt-get", "update", "-qq", external=True)
