@@ -327,6 +327,7 @@ class BrokerRun:
     measured_interval: float | None = None
     wire: Wire = field(default_factory=Wire)  # the dialect of the peers the fuzzer plays
     misframed: Violation | None = None  # the last probe message not in the dialect's framing
+    _probe_request_sent: float = 0.0  # when the last probe's REQUEST left (its round trip)
     pacemaker: _Pacemaker = field(init=False)
 
     def __post_init__(self) -> None:
@@ -372,7 +373,7 @@ class BrokerRun:
         so that a mismatch is named as such before any scenario is judged by it.
         """
         started = time.monotonic()
-        if not self.probe("start", self.timing.probe_timeout):
+        if not self.probe("start", self.timing.probe_timeout, registered_first=True):
             if self.misframed is not None:  # it answered, in another framing than the dialect's
                 raise NeverServed(
                     f"the broker at {self.endpoint} did not answer in {self.wire.name}'s framing: "
@@ -383,7 +384,8 @@ class BrokerRun:
                 f"no MDP/0.2 broker answered at {self.endpoint} within "
                 f"{self.timing.probe_timeout:.1f} s"
             )
-        round_trip = time.monotonic() - started
+        # From the REQUEST on: the probe's wait for the worker's registration is not a trip.
+        round_trip = time.monotonic() - max(started, self._probe_request_sent)
         gaps = self.measure_heartbeats()
         beats = gaps[1:]  # the first gap is from the READY: not a heartbeat-to-heartbeat one
         spread = max(beats) - min(beats) if len(beats) > 1 else 0.0
@@ -440,15 +442,32 @@ class BrokerRun:
         finally:
             worker.close(linger=100)
 
-    def probe(self, tag: str, timeout: float) -> bool:
-        """A fresh worker and client: is a request dispatched and its FINAL forwarded in time?"""
+    def probe(self, tag: str, timeout: float, *, registered_first: bool = False) -> bool:
+        """A fresh worker and client: is a request dispatched and its FINAL forwarded in time?
+
+        ``registered_first`` (the first probe): the REQUEST waits for the broker's first
+        HEARTBEAT to the worker, so that reaching the broker does not hang on dispatch-on-READY.
+        """
         service = f"fz.{self.run_id}.{tag}.probe".encode()
         worker = self._socket(f"fz{self.run_id}-{tag}-pw".encode())
         client = self._socket(f"fz{self.run_id}-{tag}-pc".encode())
         try:
             self.put(worker, mdp.worker_ready_frames(service))
-            self.put(client, mdp.client_request_frames(service, [b"probe"]))
             deadline = time.monotonic() + timeout
+            # The two sockets are two connections: a REQUEST sent now may reach the broker
+            # before the READY, and then only dispatch-on-READY (MDP-C-10) would serve it; the
+            # first probe asks whether the broker serves at all. So its REQUEST waits for the
+            # broker's first HEARTBEAT to the worker, the sign it registered it, for at most 1.5
+            # intervals (a broker that does not heartbeat is another rule's finding).
+            if registered_first:
+                _recv_until(
+                    worker,
+                    min(deadline, time.monotonic() + 1.5 * self.timing.interval),
+                    self.worker_in,
+                    lambda f: list(f[:2]) == list(_HEARTBEAT),
+                )
+            self.put(client, mdp.client_request_frames(service, [b"probe"]))
+            self._probe_request_sent = time.monotonic()
             got = _recv_until(
                 worker,
                 deadline,
