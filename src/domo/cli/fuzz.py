@@ -1,0 +1,261 @@
+"""``domo fuzz``: play a target's peers and check it against the spec (``domo.fuzz``)."""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from functools import partial
+from pathlib import Path
+
+import trio
+
+from domo.endpoints import EndpointError, check_endpoint
+from domo.protocol import BrokerConfig
+
+from ._common import (
+    CONNECT_SCHEMES,
+    EXIT_ENDPOINT,
+    EXIT_FINDINGS,
+    EXIT_OK,
+    EXIT_UNREACHABLE,
+    EXIT_USAGE,
+    FUZZ_DIALECTS,
+    FUZZ_TARGETS,
+    _add_heartbeat_options,
+    _count,
+    _endpoint_to_bind_or_connect,
+    _integer,
+    _positive_float,
+    _subcommand,
+)
+
+
+def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    defaults = BrokerConfig()
+    sub = _subcommand(
+        commands,
+        "fuzz",
+        "check an MDP/0.2 broker, worker or client against domo's model",
+        "Check an MDP/0.2 peer against the rules of specs/mdp-0.2.md with scenarios that "
+        "Hypothesis generates and shrinks. --target broker (the default): play clients and "
+        "workers against the broker running at ENDPOINT. --target worker or client: bind ENDPOINT "
+        "and play the broker against the worker or client that connects to it; --exec CMD starts "
+        "it ('{endpoint}' in CMD becomes the endpoint bound, e.g. tcp://127.0.0.1:0 picks a free "
+        "port), else start it yourself. A client under test must send requests one after another "
+        "for ever (e.g. `domo call --repeat 0`). --dialect mdp01 or majortomo plays that dialect's "
+        "clients and workers against a broker. Use a short --heartbeat-interval and give the "
+        "peer the same --heartbeat-interval and --liveness. Each violation is printed with its "
+        "rule id and a shrunk scenario, saved for --replay. Exit 0: nothing found; 1: violations "
+        "found; 2: usage error; 3: the target is unreachable (no broker answered, or no worker or "
+        "client connected).",
+        _fuzz,
+        "warning",
+        prepare=_check_fuzz,
+    )
+    sub.add_argument(
+        "endpoint",
+        metavar="ENDPOINT",
+        type=partial(_endpoint_to_bind_or_connect, CONNECT_SCHEMES),
+        help="the broker to check, or the endpoint to bind for a worker or client "
+        "(tcp:// or ipc://)",
+    )
+    sub.add_argument(
+        "--target",
+        choices=list(FUZZ_TARGETS),
+        default=None,
+        help="what is checked (default: broker; with --replay, the file's target)",
+    )
+    sub.add_argument(
+        "--exec",
+        dest="command",
+        metavar="CMD",
+        help="start the worker or client under test with CMD (split like a shell would, run "
+        "without one; '{endpoint}' replaced); restarted if it exits between scenarios",
+    )
+    _add_heartbeat_options(sub, defaults.heartbeat_interval, defaults.liveness)
+    sub.add_argument(
+        "--examples",
+        type=partial(_integer, least=1),
+        default=100,
+        metavar="N",
+        help="scenarios to run at most (default: %(default)s)",
+    )
+    sub.add_argument(
+        "--max-steps",
+        type=partial(_integer, least=1),
+        default=12,
+        metavar="N",
+        help="steps per scenario at most (default: %(default)s)",
+    )
+    sub.add_argument(
+        "--time-budget",
+        type=_positive_float,
+        default=60.0,
+        metavar="SECONDS",
+        help="stop searching after this long (default: %(default)s)",
+    )
+    sub.add_argument(
+        "--seed",
+        type=_count,
+        default=None,
+        metavar="N",
+        help="seed of the search; the same seed repeats a run (default: a fresh one, printed)",
+    )
+    sub.add_argument(
+        "--dispatch",
+        choices=["lru"],
+        default=None,
+        help="the broker's choice of worker where MDP-A-04 leaves it open, to be judged too "
+        "(lru: the worker idle the longest gets the next request; default: not judged)",
+    )
+    sub.add_argument(
+        "--dialect",
+        choices=list(FUZZ_DIALECTS),
+        default=None,
+        help="the dialect of the clients and workers played against a broker: mdp02 (RFC 18, "
+        "the default), mdp01 (RFC 7, specs/mdp-0.1.md) or majortomo (specs/majortomo.md); "
+        "with --replay, the file's",
+    )
+    sub.add_argument(
+        "--no-mmi",
+        dest="mmi",
+        action="store_false",
+        help="the broker does not implement MMI (RFC 8): do not send or judge mmi.* requests",
+    )
+    sub.add_argument(
+        "--first",
+        action="store_true",
+        help="stop at the first rule found broken (after shrinking its scenario)",
+    )
+    sub.add_argument(
+        "--findings-dir",
+        type=Path,
+        default=Path("domo-fuzz-findings"),
+        metavar="DIR",
+        help="where replay files go (default: %(default)s)",
+    )
+    sub.add_argument(
+        "--replay",
+        type=Path,
+        metavar="FILE",
+        help="run the scenario saved in FILE once instead of searching (its target, interval "
+        "and liveness come from the file)",
+    )
+
+
+def _check_fuzz(args: argparse.Namespace) -> None:
+    if args.target in (None, "broker") and args.replay is None:
+        try:  # the broker target connects: no port 0 or '*' there
+            check_endpoint(args.endpoint, bind=False, schemes=CONNECT_SCHEMES)
+        except EndpointError as error:
+            args.parser.error(f"argument ENDPOINT: {error}")
+    if args.replay is not None and not args.replay.is_file():
+        args.parser.error(f"--replay: no such file: {args.replay}")
+    if args.dialect not in (None, "mdp02") and args.target not in (None, "broker"):
+        args.parser.error("--dialect: only a broker is fuzzed in another dialect than mdp02")
+    if args.command is not None:
+        if args.target == "broker" or (args.target is None and args.replay is None):
+            args.parser.error("--exec starts a worker or client: give --target worker or client")
+        try:
+            shlex.split(args.command)
+        except ValueError as error:
+            args.parser.error(f"--exec: {error}")
+
+
+async def _fuzz(args: argparse.Namespace) -> int:
+    try:
+        from domo import fuzz
+    except ImportError as error:
+        print(
+            "domo fuzz: needs hypothesis (pip install '.[fuzz]' in domo's source directory): "
+            f"{error}",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
+    if args.heartbeat_interval > 0.5 and args.replay is None:  # a replay uses its file's
+        print(
+            f"domo fuzz: heartbeat interval {args.heartbeat_interval} s makes every scenario slow; "
+            "give the peer e.g. --heartbeat-interval 0.1 and pass the same here",
+            file=sys.stderr,
+        )
+    options = fuzz.FuzzOptions(
+        args.endpoint,
+        target=args.target or "broker",
+        command=args.command,
+        heartbeat_interval=args.heartbeat_interval,
+        liveness=args.liveness,
+        examples=args.examples,
+        max_steps=args.max_steps,
+        time_budget=args.time_budget,
+        seed=args.seed,
+        findings_dir=args.findings_dir,
+        first=args.first,
+        dispatch=args.dispatch,
+        mmi=args.mmi,
+        dialect=args.dialect or "mdp02",
+    )
+    try:
+        if args.replay is not None:
+            try:
+                replay = fuzz.load_replay(args.replay)
+            except ValueError as error:
+                print(f"domo fuzz: {error}", file=sys.stderr)
+                return EXIT_USAGE
+            if args.target is not None and args.target != replay.target:
+                print(
+                    f"domo fuzz: {args.replay} is a {replay.target} scenario, not {args.target}",
+                    file=sys.stderr,
+                )
+                return EXIT_USAGE
+            if args.dialect is not None and args.dialect != replay.dialect:
+                print(
+                    f"domo fuzz: {args.replay} is a {replay.dialect} scenario, not {args.dialect}",
+                    file=sys.stderr,
+                )
+                return EXIT_USAGE
+            if args.command is not None and replay.target == "broker":
+                print(
+                    f"domo fuzz: {args.replay} is a broker scenario; --exec starts a worker or "
+                    "client",
+                    file=sys.stderr,
+                )
+                return EXIT_USAGE
+            print(f"replaying {args.replay} ({replay.rule or 'no rule recorded'}):")
+            violations = await trio.to_thread.run_sync(
+                partial(fuzz.replay_file, options, replay, print)
+            )
+            for violation in violations:
+                print(f"{violation.rule}: {violation.explanation}")
+            print(f"{len(violations)} violation(s)")
+            return EXIT_FINDINGS if violations else EXIT_OK
+        result = await trio.to_thread.run_sync(fuzz.fuzz, options)
+    except fuzz.Unreachable as error:
+        print(f"domo fuzz: target unreachable: {error}", file=sys.stderr)
+        return EXIT_UNREACHABLE
+    except ValueError as error:  # an endpoint that cannot be bound, a command that cannot start
+        print(f"domo fuzz: {error}", file=sys.stderr)
+        return EXIT_ENDPOINT
+    for finding in result.findings:
+        if finding.violation.explanation == result.never_served:
+            continue  # said once, below (the intervals differ)
+        print(fuzz.format_finding(finding, options.target, options.endpoint, options.command))
+    if result.never_served:
+        print(f"domo fuzz: no scenario could run: {result.never_served}")
+    else:
+        print(fuzz.format_coverage(result))
+    if result.jitter:  # what the timing windows allowed for (docs/fuzz.md)
+        seen = ", ".join(f"{kind} {s * 1000:.0f} ms" for kind, s in sorted(result.jitter.items()))
+        print(f"domo fuzz: largest jitter samples: {seen}")
+    print(
+        f"domo fuzz: {options.target}"
+        + ("" if options.dialect == "mdp02" else f" ({options.dialect})")
+        + f": {result.examples} scenarios in {result.seconds:.1f} s "
+        f"({result.scenarios_per_second:.1f}/s), seed {result.seed}; "
+        f"{len(result.findings)} rule(s) broken: "
+        + (
+            ", ".join(f"{f.violation.rule} after {f.seconds or 0:.1f} s" for f in result.findings)
+            or "none"
+        )
+    )
+    return EXIT_FINDINGS if result.findings else EXIT_OK
