@@ -292,11 +292,11 @@ class FamilyBroker:
             if route is None:
                 out.append((0, key, frames))
                 continue
-            codec = route.codec
-            if codec.encode_route is None:
-                encoded = encode_with(codec, route.envelope, frames, route.request_key)
+            encode_route = route.codec.encode_route
+            if encode_route is None:
+                encoded = encode_with(route.codec, route.envelope, frames, route.request_key)
             else:
-                encoded = codec.encode_route(route, frames, routes.get)
+                encoded = encode_route(route, frames, routes.get)
             if encoded is not None:
                 out.append((route.connection, route.routing_id, encoded))
             else:
