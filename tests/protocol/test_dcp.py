@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from domo.protocol.broker import BrokerConfig
 from domo.protocol.events import (
@@ -346,3 +348,43 @@ def test_the_wire_capture_of_dagbox() -> None:
     assert [(peer, tuple(map(bytes, frames))) for _, peer, frames in sent] == [(client, observed)]
     assert not violations(events)
     assert [type(e) for e in broker.flushed()] == [RequestCompleted]  # once sent (MDP-D-24)
+
+
+_ANY_FRAME = st.one_of(
+    st.sampled_from([b"", H, b"DGBX\x02", b"s", b"mmi.service", b"\x00"]),
+    st.sampled_from([bytes([n]) for n in range(8)] + [bytes([n, 0, 0, 0]) for n in range(8)]),
+    st.binary(max_size=6),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    messages=st.lists(
+        st.tuples(
+            st.sampled_from([W, C, C2]),
+            st.lists(_ANY_FRAME, max_size=8).map(lambda rest: [b"", H, *rest]),
+        ),
+        max_size=12,
+    )
+)
+def test_any_dgbx_message_is_served_or_dropped_never_a_crash(
+    messages: list[tuple[bytes, list[bytes]]],
+) -> None:
+    """DCP-23: whatever follows the header, the broker answers only with DCP's messages in a
+    width it reads, or drops the message with a violation; a registered worker keeps its pong."""
+    broker = new_broker()
+    register(broker, M, b"s", T4)
+    now = 0.0
+    for peer, frames in messages:
+        now += 0.01
+        events = broker.receive(peer, frames, now)
+        for event in events:
+            if isinstance(event, ProtocolViolation):
+                assert event.rule.startswith(("DCP-", "MDP-"))
+        for _, _to, sent in broker.take_outgoing():
+            assert sent[:2] == (b"", H)
+            assert len(sent[2]) in (1, 4)
+            assert int.from_bytes(sent[2], "little") in (1, 3, 4, 5, 6)
+        broker.flushed()
+    broker.receive(M, [b"", H, T4["ping"]], now + 0.01)
+    assert out(broker) == [(M, (b"", H, T4["pong"]))]
