@@ -149,6 +149,7 @@ def test_several_requests_in_flight_answered_out_of_order() -> None:
         to, token = dispatched[b"q%d" % n]
         broker.receive(to, [b"", H, T4["rep"], token, b"", b"x", b"", b"r%d" % n], 0.2)
         assert out(broker) == [(C, (b"", H, T4["rep"], C, b"", b"id-%d" % n, b"", b"r%d" % n))]
+    assert broker.keys() == 3  # the workers; each request's key is forgotten once answered
 
 
 def test_the_same_request_twice_in_flight_the_first_stands() -> None:
@@ -388,3 +389,21 @@ def test_any_dgbx_message_is_served_or_dropped_never_a_crash(
         broker.flushed()
     broker.receive(M, [b"", H, T4["ping"]], now + 0.01)
     assert out(broker) == [(M, (b"", H, T4["pong"]))]
+
+
+def test_dcp_peers_on_a_second_socket() -> None:
+    """DCP-03, DCP-04, DCP-13: answers and replies go out on the connection the peer is on."""
+    broker = new_broker()
+    broker.receive(W, [b"", H, T4["reg"], b"s"], 0.0, connection=1)
+    broker.receive(W, [b"", H, T4["ping"]], 0.1, connection=1)
+    broker.receive(C, [b"", H, T1["req"], b"s", b"", b"", b"d"], 0.2)
+    sent = broker.take_outgoing()
+    assert [(conn, peer, frames[2]) for conn, peer, frames in sent] == [
+        (1, W, T4["reg"]),
+        (1, W, T4["pong"]),
+        (1, W, T4["req"]),
+    ]
+    broker.flushed()
+    token = sent[2][2][4]
+    broker.receive(W, [b"", H, T4["rep"], token, b"", b"", b"r"], 0.3, connection=1)
+    assert broker.take_outgoing() == [(0, C, (b"", H, T1["rep"], C, b"", b"", b"r"))]
