@@ -407,3 +407,35 @@ def test_dcp_peers_on_a_second_socket() -> None:
     token = sent[2][2][4]
     broker.receive(W, [b"", H, T4["rep"], token, b"", b"", b"r"], 0.3, connection=1)
     assert broker.take_outgoing() == [(0, C, (b"", H, T1["rep"], C, b"", b"", b"r"))]
+
+
+def test_dcp_client_served_by_mdp01_and_majortomo_workers() -> None:
+    """DCP-22: an MDP/0.1 worker and a majortomo worker serve a DCP client (its data their
+    body, its metadata back in the reply)."""
+    broker = new_broker()
+    broker.receive(b"\x00old01", [b"", b"MDPW01", b"\x01", b"old"], 0.0)
+    broker.receive(b"\x00maj01", [b"", b"MDPW02", b"\x01", b"maj"], 0.0)
+    for n, (service, worker) in enumerate(((b"old", b"\x00old01"), (b"maj", b"\x00maj01"))):
+        broker.receive(C, [b"", H, T4["req"], service, b"", b"t%d" % n, b"", b"x"], 0.1 + n * 0.3)
+        [(to, request)] = out(broker)
+        assert to == worker
+        assert request[-2:] == (b"", b"x")
+        client = request[3]
+        if worker == b"\x00old01":  # RFC 7: "", MDPW01, REPLY 0x03, client, "", body
+            reply = [b"", b"MDPW01", b"\x03", client, b"", b"y"]
+        else:
+            reply = [b"", b"MDPW02", b"\x04", client, b"", b"y"]
+        broker.receive(worker, reply, 0.2 + n * 0.3)
+        assert out(broker) == [(C, (b"", H, T4["rep"], C, b"", b"t%d" % n, b"", b"y"))]
+
+
+def test_mdp01_req_client_served_by_a_dcp_worker() -> None:
+    """DCP-22: an MDP/0.1 REQ client's request reaches a DCP worker; the reply goes back behind
+    the REQ envelope."""
+    broker = new_broker()
+    register(broker, W, b"dcp", T1)
+    broker.receive(b"\x00req01", [b"", b"MDPC01", b"dcp", b"q"], 0.0)
+    [(_, request)] = out(broker)
+    assert request[5:] == (b"", b"", b"q")  # no metadata, the body as data
+    broker.receive(W, [b"", H, T1["rep"], request[4], b"", b"", b"a"], 0.1)
+    assert out(broker) == [(b"\x00req01", (b"", b"MDPC01", b"dcp", b"a"))]
