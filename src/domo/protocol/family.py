@@ -24,7 +24,8 @@ other transport link) a message came on, 0 for the first, numbered by the runtim
   short-lived REQ clients behind a proxy does not grow the broker.
 
 Cross-dialect routing is the core's: a worker of any dialect serves the clients of every dialect,
-and MMI answers every client (``specs/mdp-0.1.md``, ``specs/majortomo.md``, ``specs/reqrep.md``).
+and MMI answers every client (``specs/mdp-0.1.md``, ``specs/majortomo.md``, ``specs/reqrep.md``,
+``specs/dcp-v1.md``).
 """
 
 from __future__ import annotations
@@ -119,8 +120,8 @@ class PeerRoute:
 
 
 class FamilyBroker:
-    """An MDP/0.2 ``Broker`` that also serves MDP/0.1, majortomo's dialect and REQ clients, on
-    any number of connections."""
+    """An MDP/0.2 ``Broker`` that also serves MDP/0.1, majortomo's dialect, REQ clients and
+    DCP v1, on any number of connections."""
 
     def __init__(self, config: BrokerConfig | None = None, registry: Registry = REGISTRY) -> None:
         self.core = Broker(config)
