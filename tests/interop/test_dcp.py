@@ -14,7 +14,6 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack
-from pathlib import Path
 
 import pytest
 import zmq
@@ -98,9 +97,11 @@ class UpperWorker:
         self.sock.close()
 
 
-@pytest.fixture
-def broker(tmp_path: Path, context: Context) -> Iterator[str]:
-    """``domo broker`` on 127.0.0.1 with ``domo worker echo`` (MDP/0.2) registered."""
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """One ``domo broker`` on 127.0.0.1 for this module, with ``domo worker echo`` (MDP/0.2)
+    registered; each test uses services of its own."""
+    tmp_path = tmp_path_factory.mktemp("dcp-broker")
     with ExitStack() as stack:
         process = stack.enter_context(
             domo_process(tmp_path, "broker", "broker", "--bind", "tcp://127.0.0.1:0", *BEATS)
@@ -109,7 +110,11 @@ def broker(tmp_path: Path, context: Context) -> Iterator[str]:
         stack.enter_context(
             domo_process(tmp_path, "worker", "worker", "echo", "--connect", endpoint, *BEATS)
         )
-        wait_for_service(context, endpoint, b"echo")
+        ctx: Context = zmq.Context()
+        try:
+            wait_for_service(ctx, endpoint, b"echo")
+        finally:
+            ctx.term()
         yield endpoint
         assert process.poll() is None, "the broker died"
 
@@ -192,7 +197,7 @@ NEAR_MISSES: list[list[bytes]] = [
 def test_near_misses_while_others_are_served(broker: str, context: Context) -> None:
     """DCP-23: every near miss is dropped (or answered by the text's rules); the broker lives
     and the honest peers keep being served meanwhile."""
-    worker = UpperWorker(context, broker, b"upper")
+    worker = UpperWorker(context, broker, b"upper2")
     client = dealer(context, broker)
     attacker = dealer(context, broker)
     stop = threading.Event()
@@ -210,7 +215,7 @@ def test_near_misses_while_others_are_served(broker: str, context: Context) -> N
     thread.start()
     try:
         for n in range(30):
-            client.send_multipart([b"", H, REQ4, b"upper", b"", b"n%d" % n, b"", b"v"])
+            client.send_multipart([b"", H, REQ4, b"upper2", b"", b"n%d" % n, b"", b"v"])
             reply = receive(client)
             assert reply[:3] == [b"", H, REP4]
             assert reply[4:] == [b"", b"n%d" % n, b"", b"V"]
@@ -228,3 +233,28 @@ def test_near_misses_while_others_are_served(broker: str, context: Context) -> N
         attacker.close()
         client.close()
         worker.close()
+
+
+def test_a_silent_worker_loses_its_request_to_another(broker: str, context: Context) -> None:
+    """DCP-16, DCP-14: a DCP worker that stops pinging mid-request is expired and the request
+    goes to another worker; when the silent one pings again it is told to reconnect."""
+    silent = dealer(context, broker)
+    client = dealer(context, broker)
+    standby: UpperWorker | None = None
+    try:
+        silent.send_multipart([b"", H, REG1, b"slow"])
+        assert receive(silent) == [b"", H, REG1, b"slow"]
+        client.send_multipart([b"", H, REQ1, b"slow", b"", b"job", b"", b"data"])
+        taken = receive(silent)
+        assert taken[:4] == [b"", H, REQ1, b"slow"]
+        standby = UpperWorker(context, broker, b"slow")  # idle, pinging; the first is silent
+        reply = receive(client, timeout_ms=int(6 * INTERVAL * 1000 + WAIT_MS))
+        assert reply[:3] == [b"", H, REP1]
+        assert reply[4:] == [b"", b"job", b"", b"DATA"]  # served by the standby (upper-cased)
+        silent.send_multipart([b"", H, PING1])
+        assert receive(silent) == [b"", H, RECON1]
+    finally:
+        silent.close()
+        client.close()
+        if standby is not None:
+            standby.close()
