@@ -36,8 +36,9 @@ DIALECT_SPECS = {
     "mdp-0.1.md": "MDP01",
     "majortomo.md": "MAJ",
     "reqrep.md": "REQREP",
+    "dcp-v1.md": "DCP",
 }
-DIALECT_RULE_ID = re.compile(r"\b(?:MDP01|MAJ|REQREP)-\d\d\b")
+DIALECT_RULE_ID = re.compile(r"\b(?:MDP01|MAJ|REQREP|DCP)-\d\d\b")
 
 
 def dialect_rules(name: str) -> list[str]:
@@ -130,7 +131,7 @@ def test_code_names_rules() -> None:
 
 @pytest.mark.parametrize("name", sorted(DIALECT_SPECS))
 def test_every_dialect_rule_is_defined_once_and_cited(name: str) -> None:
-    """MDP01-*, MAJ-*, REQREP-*: each rule of a dialect spec is named by some test."""
+    """MDP01-*, MAJ-*, REQREP-*, DCP-*: each rule of a dialect spec is named by some test."""
     rules = dialect_rules(name)
     assert len(rules) >= 5, f"only {len(rules)} rule rows in specs/{name}"
     assert len(rules) == len(set(rules)), f"a rule id is defined twice in specs/{name}"

@@ -24,7 +24,8 @@ other transport link) a message came on, 0 for the first, numbered by the runtim
   short-lived REQ clients behind a proxy does not grow the broker.
 
 Cross-dialect routing is the core's: a worker of any dialect serves the clients of every dialect,
-and MMI answers every client (``specs/mdp-0.1.md``, ``specs/majortomo.md``, ``specs/reqrep.md``).
+and MMI answers every client (``specs/mdp-0.1.md``, ``specs/majortomo.md``, ``specs/reqrep.md``,
+``specs/dcp-v1.md``).
 """
 
 from __future__ import annotations
@@ -47,11 +48,13 @@ from .dialects.mdp02 import MDP02
 from .events import (
     BrokerEvent,
     MmiReplied,
+    ProtocolViolation,
     RequestCompleted,
     RequestDropped,
     RequestExpired,
     WorkerDisconnected,
     WorkerExpired,
+    WorkerRegistered,
 )
 from .mdp import BodyFrame, Relayed
 
@@ -84,7 +87,16 @@ def peer_key(
 class PeerRoute:
     """Where and how to send what the core sends to one peer key."""
 
-    __slots__ = ("codec", "connection", "dialect", "envelope", "request_key", "routing_id")
+    __slots__ = (
+        "codec",
+        "connection",
+        "context",
+        "dialect",
+        "envelope",
+        "request_key",
+        "routing_id",
+        "service",
+    )
 
     def __init__(
         self,
@@ -94,6 +106,7 @@ class PeerRoute:
         connection: int = 0,
         request_key: bytes | None = None,
         codec: DialectCodec | None = None,
+        context: tuple[bytes, ...] = (),
     ) -> None:
         self.connection = connection
         self.routing_id = routing_id
@@ -102,11 +115,13 @@ class PeerRoute:
         self.request_key = request_key  # the request this key stands for, in a keyed dialect
         # The registry's record, looked up once.
         self.codec: DialectCodec = codec if codec is not None else CODECS[Dialect(dialect.value)]
+        self.context = context  # what the dialect keeps for the reply (its ``reply_context``)
+        self.service: bytes | None = None  # the service it registered, while a worker
 
 
 class FamilyBroker:
-    """An MDP/0.2 ``Broker`` that also serves MDP/0.1, majortomo's dialect and REQ clients, on
-    any number of connections."""
+    """An MDP/0.2 ``Broker`` that also serves MDP/0.1, majortomo's dialect, REQ clients and
+    DCP v1, on any number of connections."""
 
     def __init__(self, config: BrokerConfig | None = None, registry: Registry = REGISTRY) -> None:
         self.core = Broker(config)
@@ -117,6 +132,10 @@ class FamilyBroker:
         self._keys_of: dict[tuple[int, bytes], dict[bytes, None]] = {}
         self._maybe_done: dict[bytes, None] = {}  # keys to forget once their messages are out
         self._withheld: list[int] = []  # core outbox indexes of the last outbox not sent at all
+        # Messages a dialect's ``answer`` sends, ahead of the core's next outbox, and how many
+        # of them led the outbox last taken.
+        self._answers: list[Outgoing] = []
+        self._answered = 0
 
     # -- the sans-IO contract, as Broker's, with the connection ---------------------------------
 
@@ -138,6 +157,12 @@ class FamilyBroker:
         codec, hops = found
         envelope = tuple(bytes(frame) for frame in frames[:hops])
         message: Sequence[BodyFrame] = frames[hops + 1 :] if codec.delimited else frames
+        if codec.check is not None:
+            wrong = codec.check(message)
+            if wrong is not None:  # malformed in the dialect's own terms: dropped, named
+                events = self.core.tick(now)
+                events.append(ProtocolViolation(peer, wrong[0], wrong[1], "dropped", now))
+                return events
         request_key = None
         if codec.request_key is not None:  # a dialect with several requests per client
             split = codec.request_key(message)
@@ -146,11 +171,22 @@ class FamilyBroker:
         key = peer_key(peer, envelope, codec.dialect, connection, request_key)
         route = self._routes.get(key)
         if route is None:
-            route = PeerRoute(peer, envelope, codec.dialect, connection, request_key, codec)
+            context = () if codec.reply_context is None else codec.reply_context(message)
+            route = PeerRoute(
+                peer, envelope, codec.dialect, connection, request_key, codec, context
+            )
             self._routes[key] = route
             self._keys_of.setdefault((connection, peer), {})[key] = None
             self._maybe_done[key] = None  # a first message that was refused leaves nothing
-        events = self.core.receive(key, codec.decode(message), now)
+        if codec.answer is None:
+            events = self.core.receive(key, codec.decode(message), now)
+        else:
+            before = self.core.worker_state(key)
+            events = self.core.receive(key, codec.decode(message), now)
+            after = self.core.worker_state(key)
+            answer = codec.answer(message, before, after)
+            if answer is not None:
+                self._answers.append((connection, peer, answer))
         self._note(events)
         return events
 
@@ -167,6 +203,10 @@ class FamilyBroker:
         outbox = self.core.take_outgoing()
         if self._withheld:
             self._withheld = []
+        self._answered = len(self._answers)
+        if self._answered:
+            answers, self._answers = self._answers, []
+            return answers + self._translate(outbox)
         if self._routes:
             return self._translate(outbox)
         return [(0, peer, frames) for peer, frames in outbox]
@@ -210,6 +250,8 @@ class FamilyBroker:
         """The core's index of message ``index`` of the outbox last taken (some are withheld)."""
         if index is None:
             return None
+        # A dialect's answers lead the outbox: one that failed counts as the first core message.
+        index = max(0, index - self._answered)
         for withheld in self._withheld:  # ascending
             if withheld <= index:
                 index += 1
@@ -251,7 +293,11 @@ class FamilyBroker:
             if route is None:
                 out.append((0, key, frames))
                 continue
-            encoded = encode_with(route.codec, route.envelope, frames, route.request_key)
+            encode_route = route.codec.encode_route
+            if encode_route is None:
+                encoded = encode_with(route.codec, route.envelope, frames, route.request_key)
+            else:
+                encoded = encode_route(route, frames, routes.get)
             if encoded is not None:
                 out.append((route.connection, route.routing_id, encoded))
             else:
@@ -267,6 +313,11 @@ class FamilyBroker:
                 peer = event.client
             elif isinstance(event, WorkerExpired | WorkerDisconnected):
                 peer = event.worker
+            elif isinstance(event, WorkerRegistered):
+                route = self._routes.get(event.worker)
+                if route is not None:
+                    route.service = event.service  # a dialect may name it in each request
+                continue
             else:
                 continue
             if peer in self._routes:

@@ -1,10 +1,10 @@
 """``serve_broker``: the broker core on ZeroMQ ROUTERs, one per endpoint, as a Trio task.
 
 It serves MDP/0.2 and the other dialects of the family (``domo.protocol.family``): MDP/0.1,
-majortomo's, and clients behind REQ sockets and proxies. Each endpoint gets its own ROUTER (the
-broker's connection 0, 1, ... in the order given) and its own pump task, the sole user of that
-socket; a client on one endpoint reaches a worker on another, since they share one core (the
-core knows a peer as (connection, routing id)).
+majortomo's, clients behind REQ sockets and proxies, and DagBox's DCP v1. Each endpoint gets its
+own ROUTER (the broker's connection 0, 1, ... in the order given) and its own pump task, the sole
+user of that socket; a client on one endpoint reaches a worker on another, since they share one
+core (the core knows a peer as (connection, routing id)).
 
 Run it in a nursery; it binds, reports the endpoints it actually bound, and serves until
 cancelled::

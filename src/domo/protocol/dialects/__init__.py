@@ -12,6 +12,8 @@ Nothing here keeps state or does I/O; ``domo.protocol.family`` keeps who speaks 
   ``MDPW01``) (specs/mdp-0.1.md).
 - ``majortomo``: majortomo 0.2.0's clients and workers: ``""``, ``MDPC02``/``MDPW02``, its own
   client codes, no service frame in replies (specs/majortomo.md).
+- ``dcp``: DagBox's DCP v1: DEALER clients and workers, ``""``, ``DGBX\x01``, a 1- or 4-byte
+  type frame; metadata, several requests per client, ping/pong/reconnect (specs/dcp-v1.md).
 - ``envelope``: 28/REQREP's address stack, the frames before the empty delimiter, one per
   ROUTER-DEALER hop; kept as it came and put back in front of the reply (REQREP-01, REQREP-02).
 """

@@ -14,7 +14,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import Enum
+from typing import Protocol
 
+from ..broker import PeerState
 from ..mdp import BodyFrame, Relayed
 
 __all__ = [
@@ -27,6 +29,7 @@ __all__ = [
     "Dialect",
     "DialectCodec",
     "Role",
+    "RouteView",
 ]
 
 MDPC02, MDPW02, MDPC01, MDPW01 = b"MDPC02", b"MDPW02", b"MDPC01", b"MDPW01"
@@ -43,6 +46,7 @@ class Dialect(Enum):
     MDP02_REQ = "mdp02-req"
     MDP01 = "mdp01"
     MAJORTOMO = "majortomo"
+    DCP = "dcp"
 
 
 class Role(Enum):
@@ -74,6 +78,21 @@ class Capabilities:
     client_hops: bool  # its client may be behind a REQ socket and ROUTER-DEALER hops
 
 
+class RouteView(Protocol):
+    """What a dialect's ``encode_route`` may read of a peer's route (``family.PeerRoute``)."""
+
+    @property
+    def routing_id(self) -> bytes: ...
+    @property
+    def dialect(self) -> Enum: ...
+    @property
+    def request_key(self) -> bytes | None: ...
+    @property
+    def context(self) -> tuple[bytes, ...]: ...
+    @property
+    def service(self) -> bytes | None: ...
+
+
 @dataclass(frozen=True, slots=True)
 class DialectCodec:
     """One dialect: its capabilities and its codec, as pure functions.
@@ -94,6 +113,19 @@ class DialectCodec:
       names none (a worker's). The broker holds each (client, request key) as a client of its
       own, so the core's one-request-per-client rule (MDP-S-02) holds per key.
 
+    Four optional hooks serve a dialect that needs more than a frame-for-frame codec (DCP):
+
+    - ``check(message)``: (rule, reason) if the message is malformed in the dialect's own terms;
+      the broker then drops it with a ``ProtocolViolation`` naming that rule, before the core.
+    - ``reply_context(message)``: what the broker keeps, with a keyed request's route, to put in
+      the reply (``PeerRoute.context``).
+    - ``encode_route(route, frames, lookup)``: used instead of ``encode`` (and of the registry's
+      PARTIAL withholding): the core's frames for ``route``, or None to send nothing; ``lookup``
+      gives the route of another peer key (a request's client, say), None for an MDP/0.2 peer.
+    - ``answer(message, before, after)``: a message the broker sends the peer itself, right
+      after the core had its message, from its worker side's ``PeerState`` before and after
+      (a DCP pong, reconnect or registration echo).
+
     ``dialect`` is a ``Dialect`` for the built-in dialects; a dialect of one's own may use any
     ``Enum`` member with a ``str`` value (it names the dialect in peer keys).
     """
@@ -105,6 +137,12 @@ class DialectCodec:
     encode: Callable[[Relayed, Relayed, bytes | None], Relayed]
     delimited: bool = True
     request_key: Callable[[Sequence[BodyFrame]], tuple[bytes, list[BodyFrame]] | None] | None = None
+    check: Callable[[Sequence[BodyFrame]], tuple[str, str] | None] | None = None
+    reply_context: Callable[[Sequence[BodyFrame]], tuple[bytes, ...]] | None = None
+    encode_route: (
+        Callable[[RouteView, Relayed, Callable[[bytes], RouteView | None]], Relayed | None] | None
+    ) = None
+    answer: Callable[[Sequence[BodyFrame], PeerState, PeerState], Relayed | None] | None = None
 
     def __post_init__(self) -> None:
         outstanding = self.capabilities.outstanding_per_client

@@ -1,0 +1,346 @@
+"""DagBox Communication Protocol v1 (DCP, ``specs/dcp-v1.md``) as a dialect of the family core.
+
+A DCP peer is one DEALER that may be a client, a worker or both. Every message is ``""``,
+``DGBX\\x01``, a type frame, then the type's parts (DCP-01). The text gives the type frame one
+byte; DagBox's broker reads a 4-byte little-endian integer. Both are read, and each peer is
+answered in the width it used (DCP-02, DCP-03).
+
+How DCP maps onto the MDP/0.2 core:
+
+- registration (0x01) is READY, ping (0x02) is HEARTBEAT, a worker's reply (0x05) is its FINAL;
+  a request (0x04) is a client REQUEST whose body is the data parts (DCP-21).
+- A client may have several requests in flight (DCP-10). Each is a client of its own to the
+  core, keyed by a digest of what the reply must carry back: the type width, the service, the
+  client-address part if the client wrote one, and the metadata parts. The broker keeps those
+  (``reply_context``) and puts them in the reply itself (DCP-08, DCP-09).
+- A worker is sent, as its request's client address, the core's key of the client: an opaque
+  token it copies into its reply (DCP-11, DCP-12). The metadata it is sent are the client's.
+- The broker never pings (DCP-16): the core's HEARTBEAT to a DCP worker is not sent; its
+  DISCONNECT goes out as reconnect (0x06, DCP-24). A ping gets pong from a registered worker,
+  reconnect from anyone else (DCP-13, DCP-14); a registration is echoed when it registers (DCP-04).
+- Malformed DCP is dropped with an event naming the rule, before the core sees it (DCP-23).
+
+Nothing here keeps state: what the broker must remember per peer is in its ``PeerRoute``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from hashlib import blake2b
+
+from ..broker import PeerState
+from ..mdp import MAX_NAME_LENGTH, BodyFrame, Relayed
+from .base import (
+    MDPC02,
+    MDPW02,
+    Capabilities,
+    Dialect,
+    DialectCodec,
+    Role,
+    RouteView,
+)
+
+__all__ = [
+    "DCP",
+    "HEADER",
+    "PING",
+    "PONG",
+    "RECONNECT",
+    "REGISTER",
+    "REPLY",
+    "REQUEST",
+    "check",
+    "type_frame",
+]
+
+HEADER = b"DGBX\x01"  # DCP-01: "DGBX" and version 1
+_MAGIC = b"DGBX"
+REGISTER, PING, PONG, REQUEST, REPLY, RECONNECT = 1, 2, 3, 4, 5, 6
+_TYPE_NAMES = {
+    REGISTER: "registration",
+    PING: "ping",
+    PONG: "pong",
+    REQUEST: "request",
+    REPLY: "reply",
+    RECONNECT: "reconnect",
+}
+NARROW, WIDE = 1, 4  # type-frame widths: the text's byte, DagBox's little-endian int (DCP-02)
+_RESERVED_PREFIX = b"mmi."
+# The core's commands, as the bytes MDP/0.2 gives them (specs/mdp-0.2.md).
+_W_READY, _W_REQUEST, _W_FINAL, _W_HEARTBEAT, _W_DISCONNECT = (
+    b"\x01",
+    b"\x02",
+    b"\x04",
+    b"\x05",
+    b"\x06",
+)
+_C_REQUEST, _C_FINAL = b"\x01", b"\x03"
+# A worker key's request key: its type width, so that what it is sent uses the same (DCP-03).
+_WORKER_KEY = b"W"
+_CLIENT_KEY = b"R"
+_PRINTABLE = bytes(range(0x20, 0x7F))
+_REGISTERED = (PeerState.IDLE, PeerState.BUSY)
+
+
+def type_frame(kind: int, width: int) -> bytes:
+    """The type frame of ``kind`` in ``width`` bytes (1: the text's; 4: DagBox's)."""
+    return kind.to_bytes(width, "little")
+
+
+def _read_type(frame: BodyFrame) -> tuple[int, int] | None:
+    """(type, width) of a type frame, or None if it is neither width or names no DCP type."""
+    if len(frame) not in (NARROW, WIDE):
+        return None
+    kind = int.from_bytes(frame, "little")
+    return (kind, len(frame)) if kind in _TYPE_NAMES else None
+
+
+def _valid_name(name: BodyFrame) -> bool:
+    return (
+        isinstance(name, bytes)
+        and 0 < len(name) <= MAX_NAME_LENGTH
+        and not name.translate(None, _PRINTABLE)
+    )
+
+
+class _Addressed:
+    """A request's or reply's parts after the service: address, metadata and data."""
+
+    __slots__ = ("address", "data", "metadata")
+
+    def __init__(
+        self, address: bytes | None, metadata: tuple[bytes, ...], data: tuple[BodyFrame, ...]
+    ) -> None:
+        self.address = address
+        self.metadata = metadata
+        self.data = data
+
+
+def _split_addressed(parts: Sequence[BodyFrame]) -> _Addressed | str:
+    """``client?, "", metadata*, "", data*`` (DCP-06), or why the parts are not that."""
+    at = 0
+    address: bytes | None = None
+    if not parts:
+        return "no client-address delimiter"
+    if len(parts[0]):
+        first = parts[0]
+        if not isinstance(first, bytes):
+            return "a client address too long to be one"
+        if len(parts) < 2 or len(parts[1]):
+            return "the client address is not followed by its empty delimiter"
+        address, at = first, 2
+    else:
+        at = 1
+    metadata: list[bytes] = []
+    while at < len(parts) and len(parts[at]):
+        frame = parts[at]
+        metadata.append(frame if isinstance(frame, bytes) else bytes(frame))
+        at += 1
+    if at >= len(parts):
+        return "no metadata delimiter"
+    return _Addressed(address, tuple(metadata), tuple(parts[at + 1 :]))
+
+
+def check(message: Sequence[BodyFrame]) -> tuple[str, str] | None:
+    """Why ``message`` (the frames after the leading empty frame) is not DCP v1 as the broker
+    takes it, as (rule, reason), or None if it is well formed (DCP-23)."""
+    header = message[0]
+    if header != HEADER:
+        return "DCP-01", f"unsupported protocol header {bytes(header[:8])!r}"
+    if len(message) < 2:
+        return "DCP-02", "no type frame"
+    typed = _read_type(message[1])
+    if typed is None:
+        return "DCP-02", f"type frame {bytes(message[1][:8])!r} is not a DCP type in 1 or 4 bytes"
+    kind, _ = typed
+    parts = message[2:]
+    if kind in (PONG, RECONNECT):
+        return "DCP-15", f"{_TYPE_NAMES[kind]} is sent by the broker only"
+    if kind == PING:
+        return None if not parts else ("DCP-13", "a ping has no parts after its type")
+    if kind == REGISTER:
+        if len(parts) != 1:
+            return "DCP-04", f"a registration has one part, the service; got {len(parts)}"
+        return _check_service(parts[0], registering=True)
+    if kind == REQUEST:
+        if not parts:
+            return "DCP-06", "a request without a service"
+        wrong = _check_service(parts[0], registering=False)
+        if wrong is not None:
+            return wrong
+        split = _split_addressed(parts[1:])
+        return ("DCP-06", split) if isinstance(split, str) else None
+    split = _split_addressed(parts)  # REPLY
+    if isinstance(split, str):
+        return "DCP-06", split
+    if split.address is None:
+        return "DCP-12", "a worker's reply names no client"
+    if len(split.address) > MAX_NAME_LENGTH:
+        return "DCP-12", "a client address longer than any the broker gives"
+    return None
+
+
+def _check_service(name: BodyFrame, *, registering: bool) -> tuple[str, str] | None:
+    if not _valid_name(name):
+        return "DCP-05", "a service name is 1-255 printable ASCII bytes"
+    if registering and bytes(name).startswith(_RESERVED_PREFIX):
+        return "DCP-05", "service names starting 'mmi.' are the broker's own"
+    return None
+
+
+def _claims(header: BodyFrame, command: BodyFrame) -> Role | None:
+    if len(header) != len(HEADER) or bytes(header[:4]) != _MAGIC:
+        return None  # DCP-01: any DGBX version is DCP's, to be answered by its rules
+    typed = _read_type(command)
+    if typed is not None and typed[0] == REQUEST:
+        return Role.CLIENT  # DCP-20: a worker's request is its own, as a client
+    return Role.WORKER
+
+
+def _request_key(message: Sequence[BodyFrame]) -> tuple[bytes, list[BodyFrame]] | None:
+    """The key of a request (DCP-10), or of a worker: its type width (DCP-03)."""
+    typed = _read_type(message[1]) if len(message) > 1 else None
+    width = NARROW if typed is None else typed[1]
+    if typed is None or typed[0] != REQUEST:
+        return _WORKER_KEY + bytes([width]), list(message)
+    digest = blake2b(digest_size=16)
+    for part in _reply_context(message):
+        digest.update(len(part).to_bytes(4, "big"))
+        digest.update(part)
+    digest.update(bytes(message[2]))  # the service: one request per service and metadata
+    return _CLIENT_KEY + digest.digest(), list(message)
+
+
+def _reply_context(message: Sequence[BodyFrame]) -> tuple[bytes, ...]:
+    """What the reply to a request carries back: (width, address or b"", *metadata)."""
+    typed = _read_type(message[1]) if len(message) > 1 else None
+    if typed is None or typed[0] != REQUEST:
+        return ()
+    split = _split_addressed(message[3:])
+    if isinstance(split, str):
+        return ()
+    width = bytes([typed[1]])
+    return (width, split.address or b"", *split.metadata)
+
+
+def _decode(message: Sequence[BodyFrame]) -> list[BodyFrame]:
+    """A well-formed DCP message (``check`` passed) as the core's MDP/0.2 command."""
+    typed = _read_type(message[1])
+    assert typed is not None
+    kind = typed[0]
+    if kind == REGISTER:
+        return [MDPW02, _W_READY, message[2]]
+    if kind == PING:
+        return [MDPW02, _W_HEARTBEAT]
+    if kind == REQUEST:
+        split = _split_addressed(message[3:])
+        assert not isinstance(split, str)
+        return [MDPC02, _C_REQUEST, message[2], *_body_of(split.data)]
+    split = _split_addressed(message[2:])  # REPLY: the worker's FINAL (DCP-12)
+    assert not isinstance(split, str)
+    assert split.address is not None
+    return [MDPW02, _W_FINAL, split.address, b"", *_body_of(split.data)]
+
+
+def _body_of(data: tuple[BodyFrame, ...]) -> tuple[BodyFrame, ...]:
+    """DCP data parts as an MDP/0.2 body, which has a frame at least (DCP-21)."""
+    return data if data else (b"",)
+
+
+def _data_of(body: Sequence[BodyFrame]) -> tuple[BodyFrame, ...]:
+    """An MDP/0.2 body as DCP data parts: one empty frame is none (DCP-21)."""
+    return () if len(body) == 1 and not len(body[0]) else tuple(body)
+
+
+def _width_of(request_key: bytes | None) -> int:
+    if request_key is not None and request_key[:1] == _WORKER_KEY and len(request_key) == 2:
+        return request_key[1]
+    return NARROW
+
+
+def _encode_route(
+    route: RouteView, frames: Relayed, lookup: Callable[[bytes], RouteView | None]
+) -> Relayed | None:
+    """What the core sends to a DCP peer, in DCP, or None to send nothing."""
+    if frames[0] == MDPC02:
+        if frames[1] != _C_FINAL:
+            return None  # DCP-25: DCP has no partial replies
+        context = route.context
+        width = context[0][0] if context else NARROW
+        address = context[1] if len(context) > 1 and context[1] else route.routing_id
+        return (  # DCP-08, DCP-09
+            b"",
+            HEADER,
+            type_frame(REPLY, width),
+            address,
+            b"",
+            *context[2:],
+            b"",
+            *_data_of(frames[3:]),
+        )
+    width = _width_of(route.request_key)
+    command = frames[1]
+    if command == _W_REQUEST:
+        client = bytes(frames[2])
+        client_route = lookup(client)
+        metadata: tuple[bytes, ...] = ()
+        if client_route is not None and client_route.dialect is Dialect.DCP:
+            metadata = client_route.context[2:]  # DCP-11: the client's own metadata
+        service = route.service if route.service is not None else b""
+        return (
+            b"",
+            HEADER,
+            type_frame(REQUEST, width),
+            service,
+            client,
+            b"",
+            *metadata,
+            b"",
+            *_data_of(frames[4:]),
+        )
+    if command == _W_DISCONNECT:
+        return (b"", HEADER, type_frame(RECONNECT, width))  # DCP-24
+    return None  # DCP-16: HEARTBEAT; the broker never pings
+
+
+def _answer(message: Sequence[BodyFrame], before: PeerState, after: PeerState) -> Relayed | None:
+    """The broker's own answer to a DCP message, after the core had it (or None)."""
+    typed = _read_type(message[1]) if len(message) > 1 else None
+    if typed is None:
+        return None
+    kind, width = typed
+    if kind == PING:
+        if before in _REGISTERED and after in _REGISTERED:
+            return (b"", HEADER, type_frame(PONG, width))  # DCP-13
+        if before is PeerState.SILENCED:
+            # DCP-14: the core drops a silenced peer's HEARTBEAT; an unknown peer's it answers
+            # with DISCONNECT, which goes out as reconnect.
+            return (b"", HEADER, type_frame(RECONNECT, width))
+        return None
+    if kind == REGISTER and after in _REGISTERED and before not in _REGISTERED:
+        return (b"", HEADER, type_frame(REGISTER, width), bytes(message[2]))  # DCP-04
+    return None
+
+
+DCP = DialectCodec(
+    dialect=Dialect.DCP,
+    capabilities=Capabilities(
+        clients=True,
+        workers=True,
+        partial_replies=False,  # DCP-25
+        worker_heartbeats=True,  # DCP-13, DCP-16
+        broker_heartbeats=False,  # DCP-16
+        disconnect=False,  # reconnect is the broker's only word (DCP-24)
+        mmi=True,  # DCP-26
+        outstanding_per_client=None,  # DCP-10
+        client_hops=False,  # a DEALER; its leading empty frame is not a delimiter
+    ),
+    claims=_claims,
+    decode=_decode,
+    encode=lambda envelope, frames, request_key: frames,  # unused: encode_route is given
+    request_key=_request_key,
+    check=check,
+    reply_context=_reply_context,
+    encode_route=_encode_route,
+    answer=_answer,
+)
