@@ -80,8 +80,10 @@ ViolationAction: TypeAlias = Literal["dropped", "disconnected", "reconnecting"]
 class ProtocolViolation:
     """A remote peer broke a rule; ``action`` says what the machine did about it.
 
-    ``peer`` is the ROUTER identity for the broker, ``None`` for a session (its peer is the
-    broker). ``rule`` is the id of the rule in ``specs/mdp-0.2.md``.
+    ``peer`` is the ROUTER identity (or, for another dialect's peer, the family broker's peer
+    key) for the broker, ``None`` for a session (its peer is the broker). ``rule`` is the id of
+    the rule broken, in the spec of the peer's dialect: ``MDP-…`` in ``specs/mdp-0.2.md``,
+    ``DCP-…`` in ``specs/dcp-v1.md``, and so on.
     """
 
     peer: bytes | None
