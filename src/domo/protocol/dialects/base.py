@@ -43,6 +43,7 @@ class Dialect(Enum):
     MDP02_REQ = "mdp02-req"
     MDP01 = "mdp01"
     MAJORTOMO = "majortomo"
+    EMQP = "emqp"
 
 
 class Role(Enum):
