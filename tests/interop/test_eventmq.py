@@ -189,8 +189,8 @@ async def test_killed_jobmanager_job_is_rerouted(
         first = await eventmq("jobmanager", endpoint, '[[10, "slow"]]', "1")
         args = json.dumps([str(marker), 60, "done"])
         client = await eventmq("job", endpoint, "slow", "emqp_jobs.once_slow", args)
-        while not marker.exists():  # a file another process writes: polled
-            await trio.sleep(0.1)  # noqa: ASYNC110
+        while not marker.exists():  # noqa: ASYNC110 (a file another process writes)
+            await trio.sleep(0.1)
         first.kill()
         second = await eventmq("jobmanager", endpoint, '[[10, "slow"]]', "1")
         assert await client.process.wait() == 0, client.log() + second.log()
