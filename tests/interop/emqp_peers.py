@@ -11,8 +11,11 @@
 Plain Python for EventMQ's interpreter; it imports no domo code.
 """
 
+from __future__ import annotations
+
 import json
 import sys
+from typing import Any
 
 import zmq
 
@@ -24,16 +27,16 @@ def jobmanager(endpoint: str, queues: str, slots: str) -> None:
     manager.jobmanager_main(broker_addr=endpoint)
 
 
-def _collect(sender, wanted, timeout, size):
+def _collect(sender: Any, wanted: dict[str, int], timeout: float, size: int) -> int:
     """Read REPLYs until every msgid in ``wanted`` has one of ``size`` frames (5: a receipt,
     6: a result)."""
     poller = zmq.Poller()
     poller.register(sender.zsocket, zmq.POLLIN)
     while wanted:
-        if not poller.poll(timeout * 1000):
+        if not poller.poll(int(timeout * 1000)):
             print(json.dumps({"timeout": sorted(wanted)}), flush=True)
             return 1
-        frames = sender.recv_multipart()
+        frames: list[str] = sender.recv_multipart()
         print(json.dumps(frames), flush=True)
         if frames[2] == "REPLY" and len(frames) == size:
             wanted.pop(frames[-1], None)
@@ -68,7 +71,7 @@ def job(endpoint: str, queue: str, name: str, args: str) -> int:
     poller = zmq.Poller()
     poller.register(sender.zsocket, zmq.POLLIN)
     while poller.poll(60 * 1000):
-        frames = sender.recv_multipart()
+        frames: list[str] = sender.recv_multipart()
         print(json.dumps(frames), flush=True)
         if frames[2] == "REPLY" and frames[-1] == msgid and len(frames) == 6:
             return 0
@@ -77,4 +80,5 @@ def job(endpoint: str, queue: str, name: str, args: str) -> int:
 
 if __name__ == "__main__":
     role, *rest = sys.argv[1:]
-    sys.exit({"jobmanager": jobmanager, "client": client, "job": job}[role](*rest) or 0)
+    roles: dict[str, Any] = {"jobmanager": jobmanager, "client": client, "job": job}
+    sys.exit(roles[role](*rest) or 0)

@@ -16,6 +16,7 @@ import subprocess
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 import trio
@@ -134,7 +135,7 @@ async def start_broker(domo: StartDomo) -> str:
     return await broker.endpoint()
 
 
-def results(peer: Peer) -> dict[str, object]:
+def results(peer: Peer) -> dict[str, Any]:
     """Each job's result by the msgid it answers (EMQP-12: REPLY, id, result, msgid)."""
     return {f[-1]: json.loads(f[4])["value"] for f in peer.replies() if len(f) == 6}
 
