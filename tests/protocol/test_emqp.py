@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from typing import TypeVar
 
 import pytest
 
@@ -29,6 +30,7 @@ from domo.protocol.events import (
 from domo.protocol.family import FamilyBroker
 from domo.protocol.mdp import BodyFrame, Relayed
 
+T = TypeVar("T")
 E = b"eMQP/1.0"
 JOB = json.dumps(["run", {"path": "jobs", "callable": "add", "args": [1, 2]}]).encode()
 CONFIG = BrokerConfig(heartbeat_interval=1.0, liveness=3, request_expiry=10.0)
@@ -79,7 +81,7 @@ def commands(messages: Sequence[Relayed]) -> list[bytes]:
     return [bytes(m[2]) for m in messages]
 
 
-def of(events: Sequence[BrokerEvent], kind: type) -> list[BrokerEvent]:
+def of(events: Sequence[BrokerEvent], kind: type[T]) -> list[T]:
     return [e for e in events if isinstance(e, kind)]
 
 
@@ -264,7 +266,7 @@ def test_emqp_09_what_a_jobmanager_cannot_take_is_refused_with_an_answer(
     [answer] = net.to(b"C")
     assert answer[:3] == (b"", E, b"REPLY")
     assert answer[5] == b"m1"
-    assert why in json.loads(answer[4])["error"]
+    assert why in json.loads(bytes(answer[4]))["error"]
     # Nothing reached the worker; a good request still does.
     net.request(b"C", b"m2")
     assert [m[3] for m in net.to(b"W")] == [b"m2"]
@@ -403,7 +405,7 @@ def test_emqp_17_schedule_unschedule_publish_are_refused(command: bytes) -> None
     [answer] = net.to(b"C")
     assert answer[2] == b"REPLY"
     assert answer[5] == b"s1"
-    assert "not supported" in json.loads(answer[4])["error"]
+    assert "not supported" in json.loads(bytes(answer[4]))["error"]
     assert net.to(b"W") == []
 
 
@@ -449,7 +451,7 @@ def test_emqp_20_an_mdp_body_that_is_no_job_is_answered_and_the_slot_kept() -> N
     net.send(b"M", b"MDPC02", b"\x01", b"a", b"hello")
     out = net.out()
     assert [p for p, _ in out] == [b"M"]
-    assert "JSON" in json.loads(out[0][1][3])["error"]
+    assert "JSON" in json.loads(bytes(out[0][1][3]))["error"]
     net.send(b"M", b"MDPC02", b"\x01", b"a", JOB)
     assert commands(net.to(b"W")) == [b"REQUEST"]
 
@@ -493,7 +495,7 @@ def test_emqp_24_broker_ids_count_up_and_heartbeats_carry_its_clock() -> None:
     net.inform(b"W1")
     net.inform(b"W2")
     net.tick(1.25)
-    ids = [m[3] for _, m in net.out()]
+    ids = [bytes(m[3]) for _, m in net.out()]
     assert ids == sorted(set(ids), key=lambda i: int(i.split(b"-")[1]))
     assert all(i.startswith(b"domo-") for i in ids)
     net.tick(2.5)
