@@ -282,12 +282,13 @@ class EmqpBridge:
     def _on_request(
         self, address: Address, message: Sequence[BodyFrame], now: float, events: list[BrokerEvent]
     ) -> None:
+        if len(message) < 3:
+            raise BadInput("EMQP-02", "REQUEST without a MSGID")
+        check_msgid(message[2])  # no good MSGID: nothing to answer to (EMQP-02)
         try:
             msgid, queue, headers, body = check_request(message)
         except BadInput as bad:
-            msgid = bytes(message[2]) if len(message) > 2 else b""
-            if bad.rule != "EMQP-02":
-                self._answer(address, msgid, error_body(bad.reason))  # EMQP-09
+            self._answer(address, bytes(message[2]), error_body(bad.reason))  # EMQP-09
             raise
         host = self._host
         key = host.key_for(address[1], EMQP, address[0], msgid)
