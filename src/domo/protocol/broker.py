@@ -548,6 +548,32 @@ class Broker:
 
     # -- hooks for dialects the core serves through a bridge (domo.protocol.emqp_bridge) -------
 
+    def withdraw(
+        self, peers: Sequence[bytes], now: float, *, unsent: bool = False
+    ) -> list[BrokerEvent]:
+        """Unregister the registered workers among ``peers`` at once, as if each had sent
+        DISCONNECT (MDP-W-13): their requests go back to the front of their queues together, in
+        order of acceptance (MDP-D-08, MDP-A-03), so none is handed to another of them. For a
+        worker made of several registrations (an eMQP worker's slots). ``unsent``: their
+        requests were handed to them in this very call and will not be sent, so going back
+        does not count as one of their re-dispatches."""
+        events = self._advance(now)
+        lost: list[tuple[RequestRecord, bytes]] = []
+        self._lost_in_advance = lost
+        try:
+            for peer in peers:
+                worker = self._workers.get(peer)
+                if worker is None:
+                    continue
+                if unsent and worker.request is not None:
+                    worker.request.attempts -= 1
+                self._worker_input(peer, WorkerInput.DISCONNECT, now, events)
+        finally:
+            self._lost_in_advance = None
+        if lost:
+            self._requeue_lost(lost, now, events)
+        return events
+
     def single_use(self, peer: bytes) -> None:
         """End registered worker ``peer``'s registration with its next FINAL: it is then
         unregistered (``WorkerDisconnected``, nothing sent to it) instead of waiting for another

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final
 
 from . import mdp
+from .broker import PeerState
 from .dialects.emqp import (
     ACK,
     DISCONNECT,
@@ -206,6 +207,8 @@ class EmqpBridge:
             at += 1
             if isinstance(event, RequestDispatched):
                 if event.worker in self._slots:
+                    if self._core.worker_state(event.worker) is not PeerState.BUSY:
+                        continue  # withdrawn in the same call: the request went back (EMQP-06)
                     self._on_dispatched(event, events)
                 asked = self._asked.get(event.client)
                 if asked is not None and event.attempt == 1:
@@ -347,8 +350,11 @@ class EmqpBridge:
         slot = self._slots[key]
         worker, now = slot.worker, event.at
         keys = worker.slots.setdefault(slot.number, [])
-        for sibling in [k for k in keys if k != key]:  # EMQP-06: one request per slot
-            events += self._core.receive(sibling, _DISCONNECT_FRAMES, now)
+        siblings = [k for k in keys if k != key]
+        if siblings:
+            # EMQP-06: one request per slot. A sibling handed another request in the same call
+            # (several going back to their queues at once) gives it back, unsent and uncounted.
+            events += self._core.withdraw(siblings, now, unsent=True)
         keys[:] = [key]
         worker.busy.add(slot.number)
         asked = self._asked.get(event.client)
@@ -409,9 +415,8 @@ class EmqpBridge:
         """The worker leaves: its slots are withdrawn, its requests go back to their queues
         (EMQP-14, EMQP-16)."""
         self._workers.pop(worker.address, None)
-        for keys in list(worker.slots.values()):
-            for key in list(keys):
-                events += self._core.receive(key, _DISCONNECT_FRAMES, now)
+        keys = [key for slot in worker.slots.values() for key in slot]
+        events += self._core.withdraw(keys, now)  # together: none goes to a sibling slot
 
     def _refresh_keys(self, worker: _Worker, now: float, events: list[BrokerEvent]) -> None:
         # The core expires a key it has not heard from; the worker is heard as one, and at
