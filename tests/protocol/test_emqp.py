@@ -520,3 +520,38 @@ def test_emqp_26_timeout_and_other_headers_pass_unchanged() -> None:
     [request] = net.to(b"W")
     assert request[5] == headers
     assert of(net.events, RequestDispatched)
+
+
+def test_emqp_06_a_slot_handed_two_requests_at_once_gives_one_back_uncounted() -> None:
+    """EMQP-06, EMQP-14: a worker on two queues leaves holding a request of each; both go back at
+    once, and the core offers both to the one free slot of another worker (one registration per
+    queue). The slot takes one; the other goes back unsent, its attempt not counted (MDP-D-08),
+    and goes out with the worker's next READY."""
+    net = Net()
+    net.inform(b"W0", b'[[10, "a"], [5, "b"]]', slots=2)
+    net.inform(b"W1", b'[[10, "a"], [5, "b"]]', slots=0)
+    net.request(b"C", b"m1", b"a")
+    net.request(b"C", b"m2", b"b")
+    assert [m[3] for m in net.to(b"W0")] == [b"m1", b"m2"]
+    net.send(b"W1", b"", E, b"READY", b"r")
+    net.send(b"W0", b"", E, b"KBYE", b"bye")
+    [first] = [m[3] for m in net.to(b"W1") if m[2] == b"REQUEST"]
+    events = net.send(b"W1", b"", E, b"READY", b"r")
+    [second] = [m[3] for m in net.to(b"W1") if m[2] == b"REQUEST"]
+    assert {first, second} == {b"m1", b"m2"}
+    assert [e.attempt for e in of(events, RequestDispatched)] == [2]  # W0, then W1: not 3
+
+
+def test_emqp_01_workers_and_clients_on_different_sockets() -> None:
+    """EMQP-01: EventMQ's frontend and backend are two ports; a broker bound on both serves a
+    worker on one (connection 1) and a client on the other (connection 0), even if ZeroMQ gives
+    them the same routing id."""
+    broker = FamilyBroker(CONFIG)
+    broker.receive(b"P", [b"", E, b"INFORM", b"i", ONE_QUEUE, b"worker"], 0.0, connection=1)
+    broker.receive(b"P", [b"", E, b"READY", b"r"], 0.1, connection=1)
+    broker.take_outgoing()
+    broker.receive(b"P", [b"", E, b"REQUEST", b"m1", b"a", b"reply-requested", JOB], 0.2)
+    out = broker.take_outgoing()
+    assert [(c, p, m[2]) for c, p, m in out] == [(0, b"P", b"REPLY"), (1, b"P", b"REQUEST")]
+    broker.receive(b"P", [b"", E, b"REPLY", b"w", b'{"value": 3}', b"m1"], 0.3, connection=1)
+    assert [(c, m[4]) for c, _, m in broker.take_outgoing()] == [(0, b'{"value": 3}')]
