@@ -555,3 +555,34 @@ def test_emqp_01_workers_and_clients_on_different_sockets() -> None:
     assert [(c, p, m[2]) for c, p, m in out] == [(0, b"P", b"REPLY"), (1, b"P", b"REQUEST")]
     broker.receive(b"P", [b"", E, b"REPLY", b"w", b'{"value": 3}', b"m1"], 0.3, connection=1)
     assert [(c, m[4]) for c, _, m in broker.take_outgoing()] == [(0, b'{"value": 3}')]
+
+
+def test_emqp_14_an_unreachable_worker_gives_its_jobs_back() -> None:
+    """EMQP-14: the I/O layer finds the worker's routing id gone: its job goes to the next
+    worker and the broker stops heartbeating it."""
+    net = Net()
+    net.inform(b"W1")
+    net.request(b"C", b"m1")
+    net.out()
+    net.inform(b"W2")
+    events = net.broker.peer_unreachable(b"W1", net.now + 0.1)
+    assert of(events, RequestRedispatched)
+    assert [m[3] for m in net.to(b"W2") if m[2] == b"REQUEST"] == [b"m1"]
+    net.tick(net.now + 1.5)
+    assert [p for p, m in net.out() if m[2] == b"HEARTBEAT"] == [b"W2"]
+
+
+def test_emqp_07_keys_are_forgotten_once_used() -> None:
+    """EMQP-07, EMQP-08: a thousand requests through one worker leave the broker holding only
+    the worker's free slot and nothing of the clients."""
+    net = Net()
+    net.inform(b"W")
+    for number in range(1000):
+        msgid = b"m%d" % number
+        net.request(b"C%d" % (number % 7), msgid, headers=b"reply-requested" if number % 2 else b"")
+        if number % 2:
+            net.send(b"W", b"", E, b"REPLY", b"w", b"{}", msgid)
+        net.send(b"W", b"", E, b"READY", b"r")
+        net.out()
+    assert net.broker.keys() == 1
+    assert len(net.broker.workers()) == 1
