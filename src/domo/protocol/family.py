@@ -23,6 +23,11 @@ other transport link) a message came on, 0 for the first, numbered by the runtim
   and the flush that carried its last reply is done (``flushed``, MDP-D-24), so a stream of
   short-lived REQ clients behind a proxy does not grow the broker.
 
+A dialect that needs state of its own (eMQP: credits, message ids, receipts) has a *bridge*
+(``domo.protocol.emqp_bridge``): its messages go to the bridge, which speaks to the core in the
+core's terms; what the core sends its keys is encoded by the bridge; what the core did is shown
+to it (``follow``); what it sends itself goes out first.
+
 Cross-dialect routing is the core's: a worker of any dialect serves the clients of every dialect,
 and MMI answers every client (``specs/mdp-0.1.md``, ``specs/majortomo.md``, ``specs/reqrep.md``).
 """

@@ -12,6 +12,9 @@ Nothing here keeps state or does I/O; ``domo.protocol.family`` keeps who speaks 
   ``MDPW01``) (specs/mdp-0.1.md).
 - ``majortomo``: majortomo 0.2.0's clients and workers: ``""``, ``MDPC02``/``MDPW02``, its own
   client codes, no service frame in replies (specs/majortomo.md).
+- ``emqp``: EventMQ 0.3.13's eMQP/1.0: ``""``, ``eMQP/1.0``, command, MSGID, ...
+  (specs/emqp-1.0.md); its codec detects the dialect, ``domo.protocol.emqp_bridge`` keeps its
+  state (credits, message ids, receipts).
 - ``envelope``: 28/REQREP's address stack, the frames before the empty delimiter, one per
   ROUTER-DEALER hop; kept as it came and put back in front of the reply (REQREP-01, REQREP-02).
 """
