@@ -17,8 +17,8 @@ routing, queueing, expiry and re-dispatch stay the core's (one implementation fo
 - What the core sends to these keys is translated back (``encode``): REQUEST with the client's
   MSGID, queue and headers to the worker (EMQP-10); FINAL as the result to a client that asked
   (EMQP-12); heartbeats and DISCONNECTs to slots are the bridge's own business and go nowhere.
-- What the bridge itself sends (ACK, HEARTBEAT, receipts, refusals, KBYE) waits in its outbox,
-  which ``FamilyBroker.take_outgoing`` sends before the core's.
+- What the bridge itself sends (ACK, HEARTBEAT, receipts, refusals, KBYE) waits in
+  ``FamilyBroker.bridged_out``, which ``take_outgoing`` sends before the core's messages.
 
 Like the core, the bridge is driven by calls: no I/O, no clock, no randomness. Message ids it
 makes are ``domo-<n>`` from a counter (EMQP-24).
@@ -146,7 +146,6 @@ class EmqpBridge:
         self._slots: dict[bytes, _Slot] = {}  # core key -> its slot
         self._outgoing: dict[bytes, _Job] = {}  # slot key -> the request the core just gave it
         self._asked: dict[bytes, _Asked] = {}  # eMQP client key -> its request
-        self._outbox: list[tuple[int, bytes, Relayed]] = []
         self._timers: DeadlineHeap[_Worker] = DeadlineHeap()
         self._last_id = 0
 
@@ -251,11 +250,8 @@ class EmqpBridge:
         return events
 
     def next_deadline(self) -> float | None:
+        """When ``tick`` is next due (possibly early: a stale timer entry), or None."""
         return self._timers.earliest()
-
-    def take_outgoing(self) -> list[tuple[int, bytes, Relayed]]:
-        out, self._outbox = self._outbox, []
-        return out
 
     def peer_gone(self, peer: bytes, connection: int) -> None:
         """The I/O layer lost ``peer``: the core drops its keys; the bridge forgets it."""
@@ -277,7 +273,7 @@ class EmqpBridge:
 
     def _send(self, address: Address, command: bytes, body: Relayed) -> None:
         message = (b"", EMQP_HEADER, command, self._new_id(), *body)
-        self._outbox.append((address[0], address[1], message))
+        self._host.bridged_out.append((address[0], address[1], message))
 
     def _answer(self, address: Address, msgid: bytes, result: bytes) -> None:
         self._send(address, REPLY, (result, msgid))

@@ -131,6 +131,7 @@ class FamilyBroker:
             if codec.dialect is Dialect.EMQP
         }
         self._bridged = 0
+        self.bridged_out: list[Outgoing] = []  # what the bridges send themselves, in order
 
     # -- the sans-IO contract, as Broker's, with the connection ---------------------------------
 
@@ -196,11 +197,10 @@ class FamilyBroker:
             self._withheld = []
         if self._bridged:
             self._bridged = 0
-        if self._bridges:
-            own = [out for bridge in self._bridges.values() for out in bridge.take_outgoing()]
-            if own:
-                self._bridged = len(own)
-                return own + self._translate(outbox)
+        if self.bridged_out:
+            own, self.bridged_out = self.bridged_out, []
+            self._bridged = len(own)
+            return own + self._translate(outbox)
         if self._routes:
             return self._translate(outbox)
         return [(0, peer, frames) for peer, frames in outbox]
