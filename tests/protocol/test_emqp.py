@@ -11,6 +11,8 @@ from collections.abc import Sequence
 from typing import TypeVar
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from domo.protocol import BrokerConfig
 from domo.protocol.dialects import Dialect, Role, detect
@@ -586,3 +588,43 @@ def test_emqp_07_keys_are_forgotten_once_used() -> None:
         net.out()
     assert net.broker.keys() == 1
     assert len(net.broker.workers()) == 1
+
+
+COMMANDS = [b"INFORM", b"READY", b"REQUEST", b"REPLY", b"HEARTBEAT", b"KBYE", b"ACK", b"X"]
+FRAME = st.one_of(
+    st.sampled_from([b"", b"a", b"default", JOB, b"reply-requested", b"timeout:", b"[[1, 2]]"]),
+    st.binary(max_size=12),
+)
+GARBAGE = st.lists(
+    st.tuples(
+        st.sampled_from([b"G1", b"G2", b"W"]),
+        st.one_of(
+            st.lists(FRAME, max_size=6).map(lambda rest: [b"", E, *rest]),
+            st.tuples(st.sampled_from(COMMANDS), st.lists(FRAME, max_size=5)).map(
+                lambda pair: [b"", E, pair[0], *pair[1]]
+            ),
+        ),
+    ),
+    max_size=12,
+)
+
+
+@settings(max_examples=150)
+@given(garbage=GARBAGE)
+def test_emqp_18_garbage_never_crashes_the_broker_nor_stops_others(
+    garbage: list[tuple[bytes, list[bytes]]],
+) -> None:
+    """EMQP-18, EMQP-02, EMQP-09: any frames after the eMQP header, from any peer, raise nothing;
+    every REQUEST a worker got has all its frames; a worker and a client that start afresh are
+    served afterwards."""
+    net = Net()
+    for peer, frames in garbage:
+        net.send(peer, *frames)
+    for _, message in net.out():
+        if message[2] == b"REQUEST":
+            assert len(message) >= 7, message
+    net.inform(b"W2", b'[[1, "final queue"]]')  # a queue no garbage names
+    net.request(b"C", b"fresh", b"final queue")
+    assert [m[3] for m in net.to(b"W2") if m[2] == b"REQUEST"] == [b"fresh"]
+    net.send(b"W2", b"", E, b"REPLY", b"w", b"{}", b"fresh")
+    assert [m[4:] for m in net.to(b"C") if len(m) == 6] == [(b"{}", b"fresh")]
