@@ -6,7 +6,8 @@
   (``Sender`` and ``client.messages.defer_job``) submit COUNT ``emqp_jobs.add(i, i)`` jobs, then
   read what the broker sends back; one JSON line per REPLY on stdout, exit 0 once every job
   has a result (or, with ``--no-reply``, a receipt).
-- ``job ENDPOINT QUEUE PATH.CALLABLE ARGS_JSON``: one job with its result, as above.
+- ``job ENDPOINT QUEUE PATH.CALLABLE ARGS_JSON [TIMEOUT]``: one job with its result, as above
+  (with ``timeout:TIMEOUT`` among its headers if TIMEOUT is above 0).
 
 Plain Python for EventMQ's interpreter; it imports no domo code.
 """
@@ -60,13 +61,20 @@ def client(endpoint: str, queue: str, count: str, *options: str) -> int:
     return _collect(sender, wanted, timeout, 6 if reply else 5)
 
 
-def job(endpoint: str, queue: str, name: str, args: str) -> int:
+def job(endpoint: str, queue: str, name: str, args: str, timeout: str = "0") -> int:
     from eventmq.client.messages import defer_job
     from eventmq.sender import Sender
 
     sender = Sender()
     sender.connect(endpoint)
-    msgid = defer_job(sender, name, args=json.loads(args), reply_requested=True, queue=queue)
+    msgid = defer_job(
+        sender,
+        name,
+        args=json.loads(args),
+        reply_requested=True,
+        queue=queue,
+        timeout=int(timeout),  # sent as the header timeout:N when above 0
+    )
     # A receipt and a result both end in the msgid: wait for the result (one frame more).
     poller = zmq.Poller()
     poller.register(sender.zsocket, zmq.POLLIN)

@@ -198,6 +198,22 @@ async def test_killed_jobmanager_job_is_rerouted(
         assert list(results(client).values()) == ["done (again)"]
 
 
+async def test_timeout_header_reaches_the_jobmanager(
+    domo: StartDomo, eventmq: SpawnPeer, tmp_path: Path
+) -> None:
+    """EMQP-26, EMQP-10: the header timeout:1 passes the broker unchanged; EventMQ's jobmanager
+    stops the 60 s job after a second and its result, "TimeoutError", reaches the client."""
+    with trio.fail_after(60):
+        endpoint = await start_broker(domo)
+        manager = await eventmq("jobmanager", endpoint, '[[10, "default"]]', "2")
+        args = json.dumps([str(tmp_path / "started"), 60, "late"])
+        started = trio.current_time()
+        client = await eventmq("job", endpoint, "default", "emqp_jobs.once_slow", args, "1")
+        assert await client.process.wait() == 0, client.log() + manager.log()
+        assert list(results(client).values()) == ["TimeoutError"]
+        assert trio.current_time() - started < 30
+
+
 async def test_mdp_client_calls_an_eventmq_jobmanager(domo: StartDomo, eventmq: SpawnPeer) -> None:
     """EMQP-20: `domo call` (MDP/0.2) asks queue "maths" with an EventMQ job as its body; the
     jobmanager runs it and the result is the FINAL's body."""
