@@ -37,8 +37,9 @@ DIALECT_SPECS = {
     "majortomo.md": "MAJ",
     "reqrep.md": "REQREP",
     "dcp-v1.md": "DCP",
+    "emqp-1.0.md": "EMQP",
 }
-DIALECT_RULE_ID = re.compile(r"\b(?:MDP01|MAJ|REQREP|DCP)-\d\d\b")
+DIALECT_RULE_ID = re.compile(r"\b(?:MDP01|MAJ|REQREP|DCP|EMQP)-\d\d\b")
 
 
 def dialect_rules(name: str) -> list[str]:

@@ -391,6 +391,8 @@ class Broker:
         self._unarmed: list[RequestRecord] = []  # queued by this call, expiry timer not armed
         # Requests whose worker expired while timers fire; re-queued once every timer has fired.
         self._lost_in_advance: list[tuple[RequestRecord, bytes]] | None = None
+        # Workers whose registration ends with their next FINAL (``single_use``).
+        self._single_use: set[bytes] = set()
 
     # -- the sans-IO contract ------------------------------------------------------------------
 
@@ -538,6 +540,47 @@ class Broker:
     def requests(self) -> list[RequestView]:
         """Every outstanding request, in order of acceptance."""
         return [self._request_view(r) for r in self._clients.values()]
+
+    def request_body(self, client: bytes) -> Relayed | None:
+        """The body of ``client``'s outstanding request, or None if it has none."""
+        request = self._clients.get(client)
+        return None if request is None else request.body
+
+    # -- hooks for dialects the core serves through a bridge (domo.protocol.emqp_bridge) -------
+
+    def withdraw(
+        self, peers: Sequence[bytes], now: float, *, unsent: bool = False
+    ) -> list[BrokerEvent]:
+        """Unregister the registered workers among ``peers`` at once, as if each had sent
+        DISCONNECT (MDP-W-13): their requests go back to the front of their queues together, in
+        order of acceptance (MDP-D-08, MDP-A-03), so none is handed to another of them. For a
+        worker made of several registrations (an eMQP worker's slots). ``unsent``: their
+        requests were handed to them in this very call and will not be sent, so going back
+        does not count as one of their re-dispatches."""
+        events = self._advance(now)
+        lost: list[tuple[RequestRecord, bytes]] = []
+        self._lost_in_advance = lost
+        try:
+            for peer in peers:
+                worker = self._workers.get(peer)
+                if worker is None:
+                    continue
+                if unsent and worker.request is not None:
+                    worker.request.attempts -= 1
+                self._worker_input(peer, WorkerInput.DISCONNECT, now, events)
+        finally:
+            self._lost_in_advance = None
+        if lost:
+            self._requeue_lost(lost, now, events)
+        return events
+
+    def single_use(self, peer: bytes) -> None:
+        """End registered worker ``peer``'s registration with its next FINAL: it is then
+        unregistered (``WorkerDisconnected``, nothing sent to it) instead of waiting for another
+        request. A credit-based worker's slot is one such registration per credit (eMQP READY,
+        specs/emqp-1.0.md); its next credit registers afresh."""
+        if peer in self._workers:
+            self._single_use.add(peer)
 
     def services(self) -> dict[bytes, ServiceView]:
         """Every service with workers or waiting requests."""
@@ -791,6 +834,8 @@ class Broker:
     ) -> None:
         """Unregister a worker; re-dispatch, drop or forget its request (MDP-D-08, MDP-D-09)."""
         del self._workers[worker.peer]
+        if self._single_use:
+            self._single_use.discard(worker.peer)
         if reason is not None:
             events.append(
                 WorkerDisconnected(worker.peer, worker.service, reason, disconnect_sent, now)
@@ -874,6 +919,10 @@ class Broker:
             )
             self._finals.append(completed)
             self._final_seq.append(self._taken + len(self._outbox) - 1)
+        if self._single_use and worker.peer in self._single_use:
+            # Its one request is done: it leaves before it could be handed another.
+            self._remove_worker(worker, now, events, disconnect_sent=False, reason="spent")
+            return
         record = self._dispatcher.service(worker.service)
         assert record is not None
         if record.queue:  # the worker is idle again: a waiting request goes to it

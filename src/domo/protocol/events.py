@@ -102,6 +102,7 @@ DisconnectReason: TypeAlias = Literal[
     "unreachable",  # the I/O layer could not route to it (EHOSTUNREACH)
     "congested",  # the I/O layer found its pipe full (EAGAIN at the high-water mark)
     "broker-shutdown",  # the broker is stopping; it sent DISCONNECT
+    "spent",  # a single-use registration (one credit of an eMQP worker) did its request
 ]
 
 DropReason: TypeAlias = Literal[

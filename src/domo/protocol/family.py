@@ -23,9 +23,14 @@ other transport link) a message came on, 0 for the first, numbered by the runtim
   and the flush that carried its last reply is done (``flushed``, MDP-D-24), so a stream of
   short-lived REQ clients behind a proxy does not grow the broker.
 
+A dialect that needs state of its own (eMQP: credits, message ids, receipts) has a *bridge*
+(``domo.protocol.emqp_bridge``): its messages go to the bridge, which speaks to the core in the
+core's terms; what the core sends its keys is encoded by the bridge; what the core did is shown
+to it (``follow``); what it sends itself goes out first.
+
 Cross-dialect routing is the core's: a worker of any dialect serves the clients of every dialect,
 and MMI answers every client (``specs/mdp-0.1.md``, ``specs/majortomo.md``, ``specs/reqrep.md``,
-``specs/dcp-v1.md``).
+``specs/dcp-v1.md``, ``specs/emqp-1.0.md``).
 """
 
 from __future__ import annotations
@@ -45,6 +50,7 @@ from .dialects import (
     encode_with,
 )
 from .dialects.mdp02 import MDP02
+from .emqp_bridge import EmqpBridge
 from .events import (
     BrokerEvent,
     MmiReplied,
@@ -132,10 +138,17 @@ class FamilyBroker:
         self._keys_of: dict[tuple[int, bytes], dict[bytes, None]] = {}
         self._maybe_done: dict[bytes, None] = {}  # keys to forget once their messages are out
         self._withheld: list[int] = []  # core outbox indexes of the last outbox not sent at all
-        # Messages a dialect's ``answer`` sends, ahead of the core's next outbox, and how many
-        # of them led the outbox last taken.
+        # Messages a dialect's ``answer`` sends, ahead of the core's next outbox.
         self._answers: list[Outgoing] = []
-        self._answered = 0
+        # Dialects that need state of their own (eMQP: domo.protocol.emqp_bridge) get a bridge;
+        # what it sends itself goes out before the core's, after the answers.
+        self._bridges: dict[Enum, EmqpBridge] = {
+            codec.dialect: EmqpBridge(self)
+            for codec in registry.codecs
+            if codec.dialect is Dialect.EMQP
+        }
+        self.bridged_out: list[Outgoing] = []  # what the bridges send themselves, in order
+        self._answered = 0  # how many answers and bridge messages led the outbox last taken
 
     # -- the sans-IO contract, as Broker's, with the connection ---------------------------------
 
@@ -155,6 +168,10 @@ class FamilyBroker:
         else:
             found = self.registry.detect(frames) or _UNKNOWN
         codec, hops = found
+        if self._bridges and codec.dialect in self._bridges:
+            events = self._bridges[codec.dialect].receive(peer, frames[hops + 1 :], now, connection)
+            self._note(events, follow=False)  # the bridge followed what it made the core do
+            return events
         envelope = tuple(bytes(frame) for frame in frames[:hops])
         message: Sequence[BodyFrame] = frames[hops + 1 :] if codec.delimited else frames
         if codec.check is not None:
@@ -193,20 +210,32 @@ class FamilyBroker:
     def tick(self, now: float) -> list[BrokerEvent]:
         events = self.core.tick(now)
         self._note(events)
+        for bridge in self._bridges.values():
+            bridged = bridge.tick(now)
+            self._note(bridged, follow=False)
+            events += bridged
         return events
 
     def next_deadline(self) -> float | None:
-        return self.core.next_deadline()
+        deadline = self.core.next_deadline()
+        for bridge in self._bridges.values():
+            own = bridge.next_deadline()
+            if own is not None and (deadline is None or own < deadline):
+                deadline = own
+        return deadline
 
     def take_outgoing(self) -> list[Outgoing]:
         """The core's outbox, each message to a (connection, routing id) in its peer's dialect."""
         outbox = self.core.take_outgoing()
         if self._withheld:
             self._withheld = []
-        self._answered = len(self._answers)
         if self._answered:
-            answers, self._answers = self._answers, []
-            return answers + self._translate(outbox)
+            self._answered = 0
+        if self._answers or self.bridged_out:
+            own = self._answers + self.bridged_out
+            self._answers, self.bridged_out = [], []
+            self._answered = len(own)
+            return own + self._translate(outbox)
         if self._routes:
             return self._translate(outbox)
         return [(0, peer, frames) for peer, frames in outbox]
@@ -215,7 +244,7 @@ class FamilyBroker:
         """As ``Broker.flushed``: the FINALs the runtime sent are completed (MDP-D-24)."""
         events = self.core.flushed()
         if self._routes:
-            self._note(events)
+            self._note(events, follow=False)  # completions: nothing for a bridge to do
         # Only after the flush: a send that failed was reported to the keys behind its routing id.
         if self._maybe_done:
             self._forget_idle_keys()
@@ -231,6 +260,8 @@ class FamilyBroker:
         events = self.core.peer_unreachable(peer, now, unsent=at) if connection == 0 else []
         for key in list(self._keys_of.get((connection, peer), ())):
             events += self.core.peer_unreachable(key, now, unsent=at)
+        for bridge in self._bridges.values():
+            bridge.peer_gone(peer, connection)
         self._note(events)
         return events
 
@@ -250,7 +281,8 @@ class FamilyBroker:
         """The core's index of message ``index`` of the outbox last taken (some are withheld)."""
         if index is None:
             return None
-        # A dialect's answers lead the outbox: one that failed counts as the first core message.
+        # A dialect's answers and the bridges' messages lead the outbox: if one of them failed,
+        # so did every later message to that peer, the core's first included.
         index = max(0, index - self._answered)
         for withheld in self._withheld:  # ascending
             if withheld <= index:
@@ -258,7 +290,10 @@ class FamilyBroker:
         return index
 
     def shutdown(self, now: float) -> list[BrokerEvent]:
-        return self.core.shutdown(now)
+        events = self.core.shutdown(now)
+        for bridge in self._bridges.values():
+            bridge.shutdown()
+        return events
 
     # -- views ------------------------------------------------------------------------------------
 
@@ -283,6 +318,25 @@ class FamilyBroker:
         """How many peers the broker knows by a key now (bounded: see the module docstring)."""
         return len(self._routes)
 
+    # -- for bridges (domo.protocol.emqp_bridge) ----------------------------------------------
+
+    def key_for(
+        self, peer: bytes, codec: DialectCodec, connection: int, request_key: bytes | None
+    ) -> bytes:
+        """The peer key of (``connection``, ``peer``) speaking ``codec`` with no envelope, for
+        ``request_key``; its route is made if it is new, and forgotten as any key's."""
+        key = peer_key(peer, (), codec.dialect, connection, request_key)
+        if key not in self._routes:
+            self._routes[key] = PeerRoute(peer, (), codec.dialect, connection, request_key, codec)
+            self._keys_of.setdefault((connection, peer), {})[key] = None
+            self._maybe_done[key] = None
+        return key
+
+    def forget_later(self, key: bytes) -> None:
+        """Forget ``key`` after the next flush if the core then holds nothing of it."""
+        if key in self._routes:
+            self._maybe_done[key] = None
+
     # -- inside -----------------------------------------------------------------------------------
 
     def _translate(self, outbox: list[tuple[bytes, Relayed]]) -> list[Outgoing]:
@@ -293,8 +347,11 @@ class FamilyBroker:
             if route is None:
                 out.append((0, key, frames))
                 continue
+            bridge = self._bridges.get(route.dialect) if self._bridges else None
             encode_route = route.codec.encode_route
-            if encode_route is None:
+            if bridge is not None:
+                encoded = bridge.encode(key, route, frames)
+            elif encode_route is None:
                 encoded = encode_with(route.codec, route.envelope, frames, route.request_key)
             else:
                 encoded = encode_route(route, frames, routes.get)
@@ -304,10 +361,15 @@ class FamilyBroker:
                 self._withheld.append(index)
         return out
 
-    def _note(self, events: Sequence[BrokerEvent]) -> None:
-        """Remember the keys whose request or worker just ended: maybe the core forgot them."""
+    def _note(self, events: Sequence[BrokerEvent], follow: bool = True) -> None:
+        """Remember the keys whose request or worker just ended: maybe the core forgot them.
+        Bridges see what the core did first (``follow``), and add what that makes it do."""
         if not self._routes:
             return
+        if follow and self._bridges:
+            assert isinstance(events, list)  # a bridge appends what it makes the core do
+            for bridge in self._bridges.values():
+                bridge.follow(events)
         for event in events:
             if isinstance(event, RequestCompleted | RequestExpired | RequestDropped | MmiReplied):
                 peer = event.client

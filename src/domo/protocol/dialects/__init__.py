@@ -14,6 +14,9 @@ Nothing here keeps state or does I/O; ``domo.protocol.family`` keeps who speaks 
   client codes, no service frame in replies (specs/majortomo.md).
 - ``dcp``: DagBox's DCP v1: DEALER clients and workers, ``""``, ``DGBX\x01``, a 1- or 4-byte
   type frame; metadata, several requests per client, ping/pong/reconnect (specs/dcp-v1.md).
+- ``emqp``: EventMQ 0.3.13's eMQP/1.0: ``""``, ``eMQP/1.0``, command, MSGID, ...
+  (specs/emqp-1.0.md); its codec detects the dialect, ``domo.protocol.emqp_bridge`` keeps its
+  state (credits, message ids, receipts).
 - ``envelope``: 28/REQREP's address stack, the frames before the empty delimiter, one per
   ROUTER-DEALER hop; kept as it came and put back in front of the reply (REQREP-01, REQREP-02).
 """

@@ -47,6 +47,7 @@ class Dialect(Enum):
     MDP01 = "mdp01"
     MAJORTOMO = "majortomo"
     DCP = "dcp"
+    EMQP = "emqp"
 
 
 class Role(Enum):

@@ -19,6 +19,7 @@ from typing import cast
 from ..mdp import BodyFrame, Relayed
 from .base import MDPC02, Dialect, DialectCodec, Role
 from .dcp import DCP
+from .emqp import EMQP
 from .envelope import delimiter_at
 from .majortomo import MAJORTOMO
 from .mdp01 import MDP01
@@ -79,8 +80,8 @@ class Registry:
 
 # Majortomo's client (``MDPC02``, 0x02, no hops) is claimed before an RFC 18 client behind REQ
 # (``MDPC02``, anything).
-# DCP's header (``DGBX`` and a version) is no other dialect's.
-DETECTION_ORDER: tuple[DialectCodec, ...] = (MDP02, MDP01, MAJORTOMO, MDP02_REQ, DCP)
+# DCP's header (``DGBX`` and a version) and eMQP's (``eMQP/1.0``) are no other dialect's.
+DETECTION_ORDER: tuple[DialectCodec, ...] = (MDP02, MDP01, MAJORTOMO, EMQP, MDP02_REQ, DCP)
 REGISTRY = Registry(DETECTION_ORDER)  # the dialects domo's broker speaks
 CODECS = cast(Mapping[Dialect, DialectCodec], REGISTRY.by_dialect)
 
