@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import base64
 import dataclasses
+import importlib.util
 import itertools
 import json
 import logging
@@ -78,6 +79,7 @@ from domo.trio import (
     run_worker,
     serve_broker,
 )
+from domo.trio.broker import NNG_EXTRA_HINT, NNG_SCHEME
 from domo.trio.errors import error_body
 
 __all__ = [
@@ -346,13 +348,17 @@ def _add_broker(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
         "info",
         _prepare_broker,
     )
+    nng_state = "" if _nng_installed() else f" (not installed here: {NNG_EXTRA_HINT})"
     sub.add_argument(
         "--bind",
         action=_AppendDistinctEndpoint,
         metavar="ENDPOINT",
-        type=partial(_endpoint, BIND_SCHEMES),
+        type=_broker_endpoint,
         help=f"endpoint to bind, one socket each; repeat for several (tcp://, ipc://, "
-        f"inproc://); a tcp port of 0 picks a free one (default: {DEFAULT_ENDPOINT})",
+        f"inproc://); a tcp port of 0 picks a free one (default: {DEFAULT_ENDPOINT}). "
+        f"nng+tcp://HOST:PORT or nng+ipc:///PATH binds an NNG rep0 socket serving MemoDB's "
+        f"memo01 protocol (specs/memo01.md) on the same broker; it needs the nng extra, "
+        f"pip install 'domo[nng]'{nng_state}",
     )
     _add_heartbeat_options(sub, defaults.heartbeat_interval, defaults.liveness)
     sub.add_argument(
@@ -1017,6 +1023,24 @@ def _endpoint(schemes: Sequence[str], text: str) -> str:
         return check_endpoint(text, bind="inproc" in schemes, schemes=schemes)
     except EndpointError as error:
         raise argparse.ArgumentTypeError(str(error)) from None
+
+
+def _nng_installed() -> bool:
+    """Whether the nng extra (pynng, cbor2) is importable, without importing it."""
+    return all(importlib.util.find_spec(name) is not None for name in ("pynng", "cbor2"))
+
+
+def _broker_endpoint(text: str) -> str:
+    """An argparse type: a ZeroMQ endpoint to bind, or an ``nng+`` one if the extra is here."""
+    if not text.startswith(NNG_SCHEME):
+        return _endpoint(BIND_SCHEMES, text)
+    try:
+        check_endpoint(text[len(NNG_SCHEME) :], bind=True, schemes=("tcp", "ipc"))
+    except EndpointError as error:
+        raise argparse.ArgumentTypeError(f"{text}: {error}") from None
+    if not _nng_installed():
+        raise argparse.ArgumentTypeError(f"{text}: {NNG_EXTRA_HINT}")
+    return text
 
 
 def _endpoint_to_bind_or_connect(schemes: Sequence[str], text: str) -> str:

@@ -10,18 +10,18 @@ import pytest
 
 pytest.importorskip("cbor2")  # the `nng` extra
 
-import cbor2  # noqa: E402
+import cbor2
 
-from domo.protocol import BrokerConfig  # noqa: E402
-from domo.protocol.dialects.memo01 import (  # noqa: E402
+from domo.protocol import BrokerConfig
+from domo.protocol.dialects.memo01 import (
     Memo01Message,
     MessageType,
     claimed_sender,
     encode,
     parse,
 )
-from domo.protocol.errors import MalformedMessage  # noqa: E402
-from domo.protocol.events import (  # noqa: E402
+from domo.protocol.errors import MalformedMessage
+from domo.protocol.events import (
     BrokerEvent,
     MessageDropped,
     ProtocolViolation,
@@ -32,7 +32,7 @@ from domo.protocol.events import (  # noqa: E402
     WorkerDisconnected,
     WorkerRegistered,
 )
-from domo.protocol.memo01 import (  # noqa: E402
+from domo.protocol.memo01 import (
     Memo01Broker,
     Memo01Config,
     body_to_payload,
@@ -192,7 +192,8 @@ def test_memo_10_worker_id_is_epoch_then_number_learned_from_first_reply() -> No
     broker = make()
     new_worker(broker, token(1), "echo")
     ident = worker_id(broker)
-    assert ident[:4] == EPOCH and len(ident) == 8
+    assert ident[:4] == EPOCH
+    assert len(ident) == 8
     assert replies(broker) == {}  # the READY's context is held
     broker.receive(b"C", [C02, b"\x01", b"echo", b"hi"], 0.1)
     got = replies(broker)[token(1)]
@@ -219,7 +220,9 @@ def test_memo_11_service_set_worker_serves_each_service_one_job_at_a_time() -> N
         type(e) for e in events if not isinstance(e, WorkerDisconnected)
     ], "withdrawing the other seat is bookkeeping, not reported"
     ident = worker_id(broker)
-    assert replies(broker) == {token(1): Memo01Message(J, ident, b"one", service="b", timeout_ms=60000)}
+    assert replies(broker) == {
+        token(1): Memo01Message(J, ident, b"one", service="b", timeout_ms=60000)
+    }
     broker.receive(b"C2", [C02, b"\x01", b"a", b"two"], 0.2)
     assert replies(broker) == {}  # busy: service a waits, it is not sent a second job
     broker.receive(token(2), [encode(T, ident, b"ONE")], 0.3, NNG)
@@ -263,7 +266,8 @@ def test_memo_06_leaving_flag_result_forwarded_then_disconnect() -> None:
     sent = out(broker)
     assert (0, b"C", (C02, b"\x03", b"echo", b"bye")) in sent
     assert (NNG, token(2), (encode(D, ident),)) in sent
-    assert broker.memo_workers() == {} and broker.workers() == {}
+    assert broker.memo_workers() == {}
+    assert broker.workers() == {}
     assert any(isinstance(e, WorkerDisconnected) for e in events)
 
 
@@ -335,7 +339,8 @@ def test_memo_15_silent_worker_expires() -> None:
     new_worker(broker, token(1), "a", "b")
     ident = worker_id(broker)
     events = broker.tick(1.0) + broker.tick(3.5)
-    assert broker.memo_workers() == {} and broker.workers() == {}
+    assert broker.memo_workers() == {}
+    assert broker.workers() == {}
     assert sum(1 for e in events if type(e).__name__ == "WorkerExpired") >= 1
     broker.receive(token(9), [encode(H, ident)], 3.6, NNG)
     assert replies(broker)[token(9)] == Memo01Message(D, ident)  # MEMO-10: forgotten id
@@ -366,7 +371,8 @@ def test_memo_12_memo_13_busy_worker_past_its_timeout_is_dropped_and_job_release
     assert any(isinstance(e, MessageDropped) and "MEMO-12" in e.reason for e in events)
     assert any(isinstance(e, RequestDropped) for e in events)
     assert replies(broker) == {token(5): None}  # MEMO-18: released, no reply: it resends
-    assert broker.workers() == {} and broker.memo_jobs() == 0
+    assert broker.workers() == {}
+    assert broker.memo_jobs() == 0
     # MEMO-14: its late RESULT gets DISCONNECT and goes nowhere.
     broker.receive(token(7), [encode(T, ident, b"late")], 2.5, NNG)
     assert replies(broker) == {token(7): Memo01Message(D, ident)}
@@ -479,7 +485,9 @@ def test_memo_17_lost_job_is_sent_again_on_a_new_pipe() -> None:
     out(broker)
     broker.receive(b"D", [C02, b"\x01", b"svc", b"y"], 0.3)
     second = replies(broker)[token(2, pipe=1)]
-    assert second is not None and second.payload == b"y" and job_sent is not None
+    assert second is not None
+    assert second.payload == b"y"
+    assert job_sent is not None
     # The pipe broke before the JOB arrived; NNG resends the RESULT on the new pipe.
     broker.receive(token(3, pipe=2), [encode(T, ident, b"r1")], 0.4, NNG)
     assert replies(broker) == {token(3, pipe=2): second}  # its JOB again, no second FINAL
@@ -521,7 +529,7 @@ def test_memo_20_payload_frames_mapping() -> None:
     broker = make()
     broker.receive(b"W", [W02, b"\x01", b"svc"], 0.0)
     broker.receive(token(1), [job("svc", b"\x01\x02")], 0.1, NNG)
-    (_, _, frames), = out(broker)
+    ((_, _, frames),) = out(broker)
     assert frames[4:] == (b"\x01\x02",)
     broker.receive(b"W", [W02, b"\x04", frames[2], b"", b"x", b"yz"], 0.2)
     assert replies(broker)[token(1)] == Memo01Message(T, b"", cbor2.dumps([b"x", b"yz"]))
