@@ -81,6 +81,7 @@ async def wait_for(events: list[BrokerEvent], kind: type, count: int = 1) -> Non
 async def test_memo_20_memo01_client_to_mdp_worker_and_mdp_client_to_memo01_worker(
     tmp_path: Path,
 ) -> None:
+    """MEMO-20."""
     events: list[BrokerEvent] = []
     log = WorkerLog()
     with trio.fail_after(LIMIT):
@@ -120,6 +121,7 @@ async def test_memo_20_memo01_client_to_mdp_worker_and_mdp_client_to_memo01_work
 async def test_memo_15_idle_memo01_worker_heartbeats_and_memo_19_shutdown_disconnects(
     tmp_path: Path,
 ) -> None:
+    """MEMO-15, MEMO-19."""
     events: list[BrokerEvent] = []
     log = WorkerLog()
     with trio.fail_after(LIMIT):
@@ -136,6 +138,7 @@ async def test_memo_15_idle_memo01_worker_heartbeats_and_memo_19_shutdown_discon
 
 
 async def test_memo_15_memo01_worker_that_stops_answering_expires(tmp_path: Path) -> None:
+    """MEMO-15."""
     events: list[BrokerEvent] = []
     log = WorkerLog()
     with trio.fail_after(LIMIT):

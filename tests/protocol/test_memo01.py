@@ -96,6 +96,7 @@ def worker_id(broker: Memo01Broker) -> bytes:
 
 
 def test_memo_01_header_then_payload() -> None:
+    """MEMO-01."""
     data = cbor2.dumps(["memo01", 2, b"", "svc", 10]) + b"\x00payload"
     message = parse(data)
     assert message == Memo01Message(J, b"", b"\x00payload", service="svc", timeout_ms=10)
@@ -110,6 +111,7 @@ def test_memo_01_header_then_payload() -> None:
 
 
 def test_memo_02_types_heartbeat_and_disconnect() -> None:
+    """MEMO-02."""
     assert parse(encode(H, b"id")) == Memo01Message(H, b"id")
     assert parse(encode(D, b"id")) == Memo01Message(D, b"id")
     with pytest.raises(MalformedMessage, match="unknown message type"):
@@ -123,6 +125,7 @@ def test_memo_02_types_heartbeat_and_disconnect() -> None:
 
 
 def test_memo_03_ready_service_set_sorted_length_first() -> None:
+    """MEMO-03."""
     assert parse(ready("bb", "a", "c")).services == ("a", "c", "bb")  # encode sorts
     raw = cbor2.dumps(["memo01", 1, b"", ["a", "c", "bb"]])
     assert parse(raw).services == ("a", "c", "bb")
@@ -138,6 +141,7 @@ def test_memo_03_ready_service_set_sorted_length_first() -> None:
 
 
 def test_memo_04_job_layout_and_timeout_range() -> None:
+    """MEMO-04."""
     assert parse(job("svc", b"", 1)).timeout_ms == 1
     assert parse(job("svc", b"", 2**31 - 1)).timeout_ms == 2**31 - 1
     bad = [
@@ -160,6 +164,7 @@ def test_memo_04_job_layout_and_timeout_range() -> None:
 
 
 def test_memo_05_result_with_and_without_the_leaving_flag() -> None:
+    """MEMO-05."""
     assert parse(encode(T, b"w", b"out")) == Memo01Message(T, b"w", b"out")
     assert parse(encode(T, b"w", b"out", leaving=True)).leaving is True
     assert parse(encode(T, b"w", b"", leaving=False)).leaving is False
@@ -171,6 +176,7 @@ def test_memo_05_result_with_and_without_the_leaving_flag() -> None:
 
 
 def test_memo_07_deterministic_header_any_encoding_accepted() -> None:
+    """MEMO-07."""
     message = encode(J, b"w", b"", service="svc", timeout_ms=24)
     assert message == cbor2.dumps(["memo01", 2, b"w", "svc", 24], canonical=True)
     assert message[:1] == b"\x85"  # a definite-length array: the shortest form
@@ -189,6 +195,7 @@ def test_claimed_sender_reads_what_it_can() -> None:
 
 
 def test_memo_10_worker_id_is_epoch_then_number_learned_from_first_reply() -> None:
+    """MEMO-10."""
     broker = make()
     new_worker(broker, token(1), "echo")
     ident = worker_id(broker)
@@ -201,6 +208,7 @@ def test_memo_10_worker_id_is_epoch_then_number_learned_from_first_reply() -> No
 
 
 def test_memo_10_stale_id_after_restart_gets_disconnect() -> None:
+    """MEMO-10."""
     old = make()
     new_worker(old, token(1), "echo")
     stale = worker_id(old)
@@ -213,6 +221,7 @@ def test_memo_10_stale_id_after_restart_gets_disconnect() -> None:
 
 
 def test_memo_11_service_set_worker_serves_each_service_one_job_at_a_time() -> None:
+    """MEMO-11."""
     broker = make()
     new_worker(broker, token(1), "a", "b")
     events = broker.receive(b"C1", [C02, b"\x01", b"b", b"one"], 0.1)
@@ -232,6 +241,7 @@ def test_memo_11_service_set_worker_serves_each_service_one_job_at_a_time() -> N
 
 
 def test_memo_11_lru_across_workers_of_a_set() -> None:
+    """MEMO-11."""
     broker = make()
     new_worker(broker, token(1), "a", "b", now=0.0)
     new_worker(broker, token(2), "b", now=0.1)
@@ -242,6 +252,7 @@ def test_memo_11_lru_across_workers_of_a_set() -> None:
 
 
 def test_memo_05_result_is_the_jobs_final_and_the_worker_waits_for_more() -> None:
+    """MEMO-05."""
     broker = make()
     new_worker(broker, token(1), "echo")
     broker.receive(b"C", [C02, b"\x01", b"echo", b"hi"], 0.1)
@@ -257,6 +268,7 @@ def test_memo_05_result_is_the_jobs_final_and_the_worker_waits_for_more() -> Non
 
 
 def test_memo_06_leaving_flag_result_forwarded_then_disconnect() -> None:
+    """MEMO-06."""
     broker = make()
     new_worker(broker, token(1), "echo")
     broker.receive(b"C", [C02, b"\x01", b"echo", b"hi"], 0.1)
@@ -272,6 +284,7 @@ def test_memo_06_leaving_flag_result_forwarded_then_disconnect() -> None:
 
 
 def test_memo_08_disconnect_from_an_idle_worker() -> None:
+    """MEMO-08."""
     broker = make()
     new_worker(broker, token(1), "echo")
     ident = worker_id(broker)
@@ -282,6 +295,7 @@ def test_memo_08_disconnect_from_an_idle_worker() -> None:
 
 
 def test_memo_08_disconnect_from_a_busy_worker_redispatches_its_job() -> None:
+    """MEMO-08."""
     broker = make()
     new_worker(broker, token(1), "echo")
     new_worker(broker, token(2), "echo", now=0.05)
@@ -296,6 +310,7 @@ def test_memo_08_disconnect_from_a_busy_worker_redispatches_its_job() -> None:
 
 
 def test_memo_09_result_from_an_idle_worker_is_a_violation() -> None:
+    """MEMO-09."""
     broker = make()
     new_worker(broker, token(1), "echo")
     ident = worker_id(broker)
@@ -306,6 +321,7 @@ def test_memo_09_result_from_an_idle_worker_is_a_violation() -> None:
 
 
 def test_memo_09_heartbeat_from_a_busy_worker_is_a_violation() -> None:
+    """MEMO-09."""
     broker = make()
     new_worker(broker, token(1), "echo")
     broker.receive(b"C", [C02, b"\x01", b"echo", b"hi"], 0.1)
@@ -320,6 +336,7 @@ def test_memo_09_heartbeat_from_a_busy_worker_is_a_violation() -> None:
 
 
 def test_memo_15_idle_worker_gets_heartbeat_answers_and_stays() -> None:
+    """MEMO-15."""
     broker = make()
     new_worker(broker, token(1), "a", "b")
     ident = worker_id(broker)
@@ -335,6 +352,7 @@ def test_memo_15_idle_worker_gets_heartbeat_answers_and_stays() -> None:
 
 
 def test_memo_15_silent_worker_expires() -> None:
+    """MEMO-15."""
     broker = make()
     new_worker(broker, token(1), "a", "b")
     ident = worker_id(broker)
@@ -347,6 +365,7 @@ def test_memo_15_silent_worker_expires() -> None:
 
 
 def test_memo_12_busy_worker_is_alive_for_its_jobs_timeout_not_heartbeats() -> None:
+    """MEMO-12."""
     broker = make()
     new_worker(broker, token(1), "slow")
     broker.receive(token(5), [job("slow", b"x", timeout_ms=20_000)], 0.1, NNG)
@@ -361,6 +380,7 @@ def test_memo_12_busy_worker_is_alive_for_its_jobs_timeout_not_heartbeats() -> N
 
 
 def test_memo_12_memo_13_busy_worker_past_its_timeout_is_dropped_and_job_released() -> None:
+    """MEMO-12, MEMO-13."""
     broker = make()
     new_worker(broker, token(1), "slow")
     broker.receive(token(5), [job("slow", b"x", timeout_ms=2_000)], 0.1, NNG)
@@ -379,6 +399,7 @@ def test_memo_12_memo_13_busy_worker_past_its_timeout_is_dropped_and_job_release
 
 
 def test_memo_13_mdp_clients_job_on_a_memo01_worker_is_redispatched_at_timeout() -> None:
+    """MEMO-13."""
     broker = make(job_timeout=2.0)
     new_worker(broker, token(1), "svc")
     broker.receive(b"C", [C02, b"\x01", b"svc", b"x"], 0.0)
@@ -390,6 +411,7 @@ def test_memo_13_mdp_clients_job_on_a_memo01_worker_is_redispatched_at_timeout()
 
 
 def test_memo_13_memo01_clients_timeout_applies_to_an_mdp_worker_too() -> None:
+    """MEMO-13."""
     broker = make()
     broker.receive(b"W", [W02, b"\x01", b"svc"], 0.0)
     broker.receive(token(5), [job("svc", b"x", timeout_ms=1500)], 0.1, NNG)
@@ -405,6 +427,7 @@ def test_memo_13_memo01_clients_timeout_applies_to_an_mdp_worker_too() -> None:
 
 
 def test_memo_18_queue_expiry_releases_the_context() -> None:
+    """MEMO-18."""
     broker = make()
     broker.receive(token(5), [job("nobody")], 0.0, NNG)
     events = broker.tick(10.5)
@@ -413,6 +436,7 @@ def test_memo_18_queue_expiry_releases_the_context() -> None:
 
 
 def test_memo_18_malformed_client_job_released_worker_message_disconnected() -> None:
+    """MEMO-18."""
     broker = make()
     events = broker.receive(token(1), [cbor2.dumps(["memo01", 2, b"", "svc", -1])], 0.0, NNG)
     assert [e.rule for e in events if isinstance(e, ProtocolViolation)] == ["MEMO-04"]
@@ -432,6 +456,7 @@ def test_memo_18_malformed_client_job_released_worker_message_disconnected() -> 
 
 
 def test_memo_18_mmi_service_answers_a_memo01_client() -> None:
+    """MEMO-18."""
     broker = make()
     new_worker(broker, token(1), "echo")
     broker.receive(token(2), [job("mmi.service", b"echo")], 0.1, NNG)
@@ -445,6 +470,7 @@ def test_memo_18_mmi_service_answers_a_memo01_client() -> None:
 
 
 def test_memo_16_identical_job_while_outstanding_runs_once_every_context_gets_result() -> None:
+    """MEMO-16."""
     broker = make()
     new_worker(broker, token(1), "svc")
     new_worker(broker, token(2), "svc")
@@ -461,6 +487,7 @@ def test_memo_16_identical_job_while_outstanding_runs_once_every_context_gets_re
 
 
 def test_memo_17_newer_message_supersedes_the_held_context() -> None:
+    """MEMO-17."""
     broker = make()
     new_worker(broker, token(1), "svc")
     broker.receive(token(2), [ready("svc")], 0.5, NNG)  # another worker: not a resend
@@ -476,6 +503,7 @@ def test_memo_17_newer_message_supersedes_the_held_context() -> None:
 
 
 def test_memo_17_lost_job_is_sent_again_on_a_new_pipe() -> None:
+    """MEMO-17."""
     broker = make()
     new_worker(broker, token(1, pipe=1), "svc")
     ident = worker_id(broker)
@@ -500,6 +528,7 @@ def test_memo_17_lost_job_is_sent_again_on_a_new_pipe() -> None:
 
 
 def test_memo_19_shutdown_disconnects_held_workers_and_releases_clients() -> None:
+    """MEMO-19."""
     broker = make()
     new_worker(broker, token(1), "a", "b")
     ident = worker_id(broker)
@@ -509,6 +538,7 @@ def test_memo_19_shutdown_disconnects_held_workers_and_releases_clients() -> Non
 
 
 def test_memo_19_congested_job_send_drops_the_worker_and_redispatches() -> None:
+    """MEMO-19."""
     broker = make()
     new_worker(broker, token(1), "svc")
     new_worker(broker, token(2), "svc")
@@ -521,6 +551,7 @@ def test_memo_19_congested_job_send_drops_the_worker_and_redispatches() -> None:
 
 
 def test_memo_20_payload_frames_mapping() -> None:
+    """MEMO-20."""
     assert payload_to_body(b"") == (b"",)
     assert payload_to_body(b"\x82\x00\x01") == (b"\x82\x00\x01",)
     assert body_to_payload([b"one"]) == b"one"

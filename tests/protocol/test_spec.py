@@ -36,8 +36,9 @@ DIALECT_SPECS = {
     "mdp-0.1.md": "MDP01",
     "majortomo.md": "MAJ",
     "reqrep.md": "REQREP",
+    "memo01.md": "MEMO",
 }
-DIALECT_RULE_ID = re.compile(r"\b(?:MDP01|MAJ|REQREP)-\d\d\b")
+DIALECT_RULE_ID = re.compile(r"\b(?:MDP01|MAJ|REQREP|MEMO)-\d\d\b")
 
 
 def dialect_rules(name: str) -> list[str]:

@@ -132,7 +132,7 @@ async def serve_broker(
             if endpoint.startswith(NNG_SCHEME):
                 from ._nng import NngConnection  # pynng: the nng extra, checked above
 
-                nng_conn = NngConnection(endpoint, hwm=hwm)
+                nng_conn = NngConnection(endpoint, hwm=hwm, limit=hwm)
                 conns.append(nng_conn)
                 nng_conns.append(nng_conn)
                 bound.append(nng_conn.bound())
