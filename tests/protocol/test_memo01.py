@@ -232,7 +232,8 @@ def test_memo_11_service_set_worker_serves_each_service_one_job_at_a_time() -> N
     assert replies(broker) == {
         token(1): Memo01Message(J, ident, b"one", service="b", timeout_ms=60000)
     }
-    broker.receive(b"C2", [C02, b"\x01", b"a", b"two"], 0.2)
+    events = broker.receive(b"C2", [C02, b"\x01", b"a", b"two"], 0.2)
+    assert [type(e).__name__ for e in events] == ["RequestQueued"]  # no seat of a is free
     assert replies(broker) == {}  # busy: service a waits, it is not sent a second job
     broker.receive(token(2), [encode(T, ident, b"ONE")], 0.3, NNG)
     sent = out(broker)
