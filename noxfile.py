@@ -116,7 +116,8 @@ def bench(session: nox.Session) -> None:
     ``brokers.py`` makes ``.bench-venvs/majortomo`` (majortomo 0.2.0 and six, never a domo
     dependency) on first use; matplotlib draws its plot and is installed here only.
     """
-    # trace: trace_overhead.py; spark: report_bench.py and call_service_bench.py; nng: memo01_bench.py
+    # trace: trace_overhead.py; spark: report_bench.py and call_service_bench.py;
+    # nng: memo01_bench.py
     session.install("-e", ".[trace,spark,nng]", "matplotlib")
     for script in sorted(Path("benchmarks").glob("[!_]*.py")):
         session.run("python", str(script), *session.posargs)
