@@ -103,8 +103,10 @@ class _Worker:
     __slots__ = (
         "answer",
         "answer_pipe",
+        "answer_sent",
         "busy",
         "client",
+        "client_key",
         "connection",
         "deadline",
         "id",
@@ -125,6 +127,8 @@ class _Worker:
         self.deadline = 0.0  # when its job's time is up
         self.answer: bytes | None = None  # the JOB it was sent for its last message
         self.answer_pipe = b""  # the NNG pipe that JOB went on
+        self.answer_sent = False  # the JOB went out (else it waits for the worker to speak)
+        self.client_key = b""  # the core's key of its job's client
         self.last: bytes | None = None  # its last message, as it came (a resend repeats it)
 
     def seat(self, index: int) -> bytes:
@@ -337,6 +341,7 @@ class Memo01Broker(FamilyBroker):
         if (
             data == worker.last
             and worker.busy is not None
+            and worker.answer_sent
             and worker.answer is not None
             and _pipe(token) != worker.answer_pipe
         ):
@@ -359,11 +364,17 @@ class Memo01Broker(FamilyBroker):
         resend = data == worker.last
         worker.last = data
         worker.token = token
-        if message.type is MessageType.HEARTBEAT and worker.busy is None:
+        if message.type is MessageType.HEARTBEAT and not worker.answer_sent:
             for index in sorted(worker.seated):  # MEMO-15: heard: alive on every seat
                 self._feed(worker.seat(index), connection, mdp.HEARTBEAT_FRAMES, now, events)
+            if worker.busy is not None and worker.answer is not None:
+                # The echo of a HEARTBEAT, while its JOB waited for a request to answer.
+                self._reply(connection, token, worker.answer)
+                worker.token = None
+                worker.answer_pipe = _pipe(token)
+                self._job_sent(worker, now)
             return
-        if message.type is MessageType.RESULT and worker.busy is not None:
+        if message.type is MessageType.RESULT and worker.answer_sent:
             self._finish(worker, message, now, events)
             return
         if resend:
@@ -383,6 +394,7 @@ class Memo01Broker(FamilyBroker):
         assert index is not None
         worker.busy = None
         worker.answer = None
+        worker.answer_sent = False
         final = (mdp.WORKER_HEADER, _FINAL, worker.client, b"", *payload_to_body(message.payload))
         self._feed(worker.seat(index), worker.connection, final, now, events)
         if message.leaving:  # MEMO-06: it takes no more jobs
@@ -522,13 +534,9 @@ class Memo01Broker(FamilyBroker):
     def _dispatched(self, event: RequestDispatched, now: float, events: list[BrokerEvent]) -> None:
         job = self._jobs.get(event.client)
         seat = self._seats.get(event.worker)
-        timeout = job.timeout if job is not None else self.memo.job_timeout
-        deadline = now + timeout  # MEMO-12, MEMO-13
-        if job is not None:
-            job.deadline = deadline
-        if job is not None or seat is not None:
-            self._timers.push(deadline, (_DEADLINE, event.client, event.worker, deadline))
         if seat is None:
+            if job is not None:  # a worker of another dialect: the job's clock runs now
+                self._start_clock(job, event.client, event.worker, None, now)
             return
         worker, index = seat
         if worker.busy is not None:
@@ -539,9 +547,33 @@ class Memo01Broker(FamilyBroker):
             self._feed(worker.seat(index), worker.connection, mdp.DISCONNECT_FRAMES, now, events)
             return
         worker.busy = index
-        worker.deadline = deadline
+        worker.client_key = event.client
+        worker.answer = None
+        worker.answer_sent = False
         self._unseat(worker, now, events, quiet=True, keep=index)  # MEMO-11
-        self._vouch(worker, event.worker, now)
+        # The JOB goes out (and its clock starts, MEMO-12) when it is translated, on the
+        # worker's held request; a worker answering a HEARTBEAT holds none until its echo.
+
+    def _job_sent(self, worker: _Worker, now: float) -> None:
+        """The worker's JOB went out: its deadline runs from now (MEMO-12, MEMO-13)."""
+        worker.answer_sent = True
+        assert worker.busy is not None
+        key = self._key(worker.connection, worker.seat(worker.busy))
+        self._start_clock(self._jobs.get(worker.client_key), worker.client_key, key, worker, now)
+
+    def _start_clock(
+        self, job: _Job | None, client: bytes, key: bytes, worker: _Worker | None, now: float
+    ) -> None:
+        timeout = job.timeout if job is not None else self.memo.job_timeout
+        deadline = now + timeout  # MEMO-12, MEMO-13
+        if job is not None:
+            job.deadline = deadline
+        self._timers.push(deadline, (_DEADLINE, client, key, deadline))
+        if worker is not None:
+            worker.deadline = deadline
+            # The core heard it last when it asked for work, maybe most of a liveness span
+            # ago: vouch for it at once (at the next input, before the core's clock moves on).
+            self._timers.push(now, (_VOUCH, b"", key, deadline))
 
     def _vouch(self, worker: _Worker, key: bytes, now: float) -> None:
         """MEMO-12: a busy memo01 worker cannot heartbeat; the layer does, until its deadline."""
@@ -570,7 +602,12 @@ class Memo01Broker(FamilyBroker):
                 events.append(MessageDropped(client, why, at))
                 self._end_job(job, None)
                 self._absorb(super().peer_unreachable(job.rid, at, job.connection), at, events)
-            if seat is not None and seat[0].busy == seat[1] and seat[0].deadline == deadline:
+            if (
+                seat is not None
+                and seat[0].busy == seat[1]
+                and seat[0].client_key == client  # this job's, not an earlier one's
+                and seat[0].deadline == deadline
+            ):
                 # MEMO-12: a busy worker past its job's timeout is gone; a late RESULT will get
                 # DISCONNECT (MEMO-14).
                 worker, index = seat
@@ -623,9 +660,11 @@ class Memo01Broker(FamilyBroker):
             return []
         token = worker.token
         if token is None:
-            return []  # MEMO-17: sent when it next speaks (its JOB is kept as its answer)
+            return []  # MEMO-12: a JOB waits for the worker's next request (kept as its answer)
         worker.token = None
-        worker.answer_pipe = _pipe(token)
+        if command == mdp.W_REQUEST:
+            worker.answer_pipe = _pipe(token)
+            self._job_sent(worker, self.core.now)
         self._sent[connection, token] = key
         return [(connection, token, (message,))]
 
