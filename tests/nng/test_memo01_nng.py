@@ -152,3 +152,45 @@ async def test_memo_15_memo01_worker_that_stops_answering_expires(tmp_path: Path
                     assert await client.request("mmi.service", b"svc") == [b"404"]
                 peers.cancel_scope.cancel()
         assert JOB not in log.types()
+
+
+async def test_memo_11_domo_trio_memo01_worker_and_client_on_the_same_core(
+    tmp_path: Path,
+) -> None:
+    """MEMO-11, MEMO-20: domo.trio's memo01 worker (two services, two at once) serves an MDP
+    client and domo's memo01 client; the memo01 client also reaches an MDP worker. A handler
+    that raises makes the worker leave (MEMO-08): the job goes to the next worker."""
+    from domo.trio.memo01 import Memo01Client, Memo01Error, run_memo01_worker
+
+    events: list[BrokerEvent] = []
+    calls: list[str] = []
+
+    async def handler(service: str, payload: bytes) -> bytes:
+        calls.append(service)
+        if payload == b"boom" and calls.count(service) == 1:
+            raise ValueError("planted")
+        return payload[::-1] if service == "rev" else payload.upper()
+
+    with trio.fail_after(LIMIT):
+        async with broker(tmp_path, events) as (tcp, url), trio.open_nursery() as peers:
+            await peers.start(
+                lambda task_status: run_worker(
+                    tcp, "upper", upper, config=WORKER, task_status=task_status
+                )
+            )
+            await peers.start(
+                lambda task_status: run_memo01_worker(
+                    url, ["up", "rev"], handler, concurrency=2, task_status=task_status
+                )
+            )
+            await wait_for(events, WorkerRegistered, 5)  # upper, and 2 workers x 2 seats
+            async with Client(tcp, timeout=5, retries=0) as client:
+                assert await client.request("rev", b"abc") == [b"cba"]
+                assert await client.request("up", b"abc") == [b"ABC"]
+            async with Memo01Client(url) as memo:
+                assert await memo.call("rev", b"xyz", timeout=5) == b"zyx"
+                assert await memo.call("upper", b"mdp worker", timeout=5) == b"MDP WORKER"
+                assert await memo.call("up", b"boom", timeout=5) == b"BOOM"  # second worker
+                with pytest.raises(Memo01Error, match="no RESULT"):
+                    await memo.call("nobody", b"", timeout=0.3)
+            peers.cancel_scope.cancel()
