@@ -574,3 +574,29 @@ def test_events_name_the_memo01_peers_by_core_key() -> None:
     events += broker.receive(token(2), [job("svc")], 0.1, NNG)
     kinds = [type(e) for e in events]
     assert kinds == [WorkerRegistered, type(events[1]), RequestDispatched]
+
+
+def test_memo_21_memo01_on_connection_0_beside_zeromq_peers() -> None:
+    """MEMO-21: the NNG endpoint may be the first bind (connection 0): its peers are keyed by
+    the layer's routing ids, ZeroMQ peers on connection 1 by the family's keys."""
+    broker = Memo01Broker(CONFIG, memo_connections={0}, memo=Memo01Config(epoch=EPOCH))
+    broker.receive(token(1), [ready("svc")], 0.0, 0)
+    broker.receive(b"C", [C02, b"\x01", b"svc", b"hi"], 0.1, 1)
+    (sent,) = broker.take_outgoing()
+    broker.flushed()
+    assert sent[:2] == (0, token(1))
+    ident = parse(bytes(sent[2][0]), from_broker=True).id
+    broker.receive(token(2), [encode(T, ident, b"HI")], 0.2, 0)
+    assert out(broker) == [(1, b"C", (C02, b"\x03", b"svc", b"HI"))]
+
+
+def test_memo_03_reserved_service_name_is_refused_with_disconnect() -> None:
+    """MEMO-03, MDP-D-14: a READY for mmi.* is refused as the core refuses an MDP worker's:
+    the worker is answered DISCONNECT and forgotten."""
+    broker = make()
+    events = broker.receive(token(1), [ready("mmi.x")], 0.0, NNG)
+    assert any(isinstance(e, ProtocolViolation) and e.rule == "MDP-D-14" for e in events)
+    answer = replies(broker)[token(1)]
+    assert answer is not None
+    assert answer.type is D
+    assert broker.memo_workers() == {}
