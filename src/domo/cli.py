@@ -348,7 +348,7 @@ def _add_broker(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
         "info",
         _prepare_broker,
     )
-    nng_state = "" if _nng_installed() else f" (not installed here: {NNG_EXTRA_HINT})"
+    nng_state = "" if _nng_installed() else " (not installed here)"
     sub.add_argument(
         "--bind",
         action=_AppendDistinctEndpoint,
