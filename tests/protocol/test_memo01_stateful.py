@@ -164,7 +164,7 @@ class Memo01Machine(RuleBasedStateMachine):
         now = self.model.now
         expired = job.deadline is None and now >= job.queued_at + EXPIRY
         timed_out = job.deadline is not None and now >= job.deadline - 1e-9
-        exhausted = job.dispatches > REDISPATCHES + 1
+        exhausted = job.dispatches > REDISPATCHES  # the last loss ends it (MDP-D-08)
         assert expired or timed_out or exhausted or self.stopping, (
             f"job released without cause at {now}: {job}"
         )
