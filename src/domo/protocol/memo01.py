@@ -471,7 +471,9 @@ class Memo01Broker(FamilyBroker):
         worker = self._workers.get(ident) if ident else None
         is_worker = kind in (MessageType.RESULT, MessageType.HEARTBEAT, MessageType.READY)
         if is_worker:
-            violation = ProtocolViolation(ident, error.rule, str(error), "disconnected", now)
+            violation = ProtocolViolation(
+                ident or None, error.rule, str(error), "disconnected", now
+            )
         else:
             violation = ProtocolViolation(ident or None, error.rule, str(error), "dropped", now)
         events.append(violation)

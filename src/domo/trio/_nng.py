@@ -24,6 +24,7 @@ import itertools
 import logging
 from collections import deque
 from collections.abc import Sequence
+from contextlib import suppress
 from typing import Any, Final
 
 import pynng
@@ -114,6 +115,12 @@ class NngConnection:
         self._numbers = itertools.count(1)
         self._serving = False
         self._scope: trio.CancelScope | None = None
+        # NNG pipes that closed while requests of theirs were held: a reply to one of those is
+        # EHOSTUNREACH, as a ROUTER's to a peer that left (MDP-D-15), not a send into nothing.
+        self._held_per_pipe: dict[bytes, int] = {}
+        self._dead_pipes: set[bytes] = set()
+        self._trio_token: trio.lowlevel.TrioToken | None = None
+        self._socket.add_post_pipe_remove_cb(self._on_pipe_removed)
 
     def bound(self) -> str:
         """The endpoint as bound (a tcp port 0 resolved)."""
@@ -125,6 +132,7 @@ class NngConnection:
 
     async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Run the context pool until cancelled (start it beside the pump)."""
+        self._trio_token = trio.lowlevel.current_trio_token()
         async with trio.open_nursery() as nursery:
             self._scope = nursery.cancel_scope
             self._serving = True
@@ -160,6 +168,7 @@ class NngConnection:
             )
             slot.decided = trio.Event()
             self._held[token] = slot
+            self._held_per_pipe[token[:8]] = self._held_per_pipe.get(token[:8], 0) + 1
             self._inbox.append([token, message.bytes])
             self._arrived.set()
             await slot.decided.wait()
@@ -189,11 +198,37 @@ class NngConnection:
     def readable(self) -> bool:
         return bool(self._inbox)
 
+    def _on_pipe_removed(self, pipe: pynng.Pipe) -> None:
+        """NNG's callback, on an NNG thread: hand the news to the Trio thread."""
+        trio_token = self._trio_token
+        if trio_token is None:
+            return
+        with suppress(trio.RunFinishedError):  # the broker is gone too: nothing to tell
+            trio_token.run_sync_soon(self._pipe_gone, pipe.id.to_bytes(8, "big"))
+
+    def _pipe_gone(self, pipe: bytes) -> None:
+        if self._held_per_pipe.get(pipe):
+            self._dead_pipes.add(pipe)
+
+    def _spend(self, token: bytes, slot: _Slot) -> None:
+        del self._held[token]
+        pipe = token[:8]
+        left = self._held_per_pipe[pipe] - 1
+        if left:
+            self._held_per_pipe[pipe] = left
+        else:
+            del self._held_per_pipe[pipe]
+            self._dead_pipes.discard(pipe)
+        slot.decided.set()
+
     def send(self, frames: Sequence[BodyFrame]) -> int:
         token = bytes(frames[0])
         slot = self._held.get(token)
         if slot is None:
             return EHOSTUNREACH  # spent or never given: as a ROUTER's unknown peer
+        if token[:8] in self._dead_pipes:
+            self._spend(token, slot)  # its context is free again; the reply goes nowhere
+            return EHOSTUNREACH if len(frames) > 1 else SENT
         if len(frames) > 1:
             data = bytes(frames[1])
             if self._sending >= self._hwm:
@@ -205,8 +240,7 @@ class NngConnection:
                 # allowed) also drops the request it answers, so there is no "try now".
                 slot.reply = data
                 self._sending += 1
-        del self._held[token]
-        slot.decided.set()
+        self._spend(token, slot)
         return SENT
 
     def close(self, linger: float) -> None:
