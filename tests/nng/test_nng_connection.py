@@ -83,3 +83,25 @@ async def test_memo_19_reply_beyond_hwm_is_eagain_and_the_token_kept(tmp_path: P
                 assert conn.send([token]) == SENT  # still held: it can be released
             nursery.cancel_scope.cancel()
     conn.close(0)
+
+
+async def test_memo_19_reply_to_a_closed_pipe_is_ehostunreach(tmp_path: Path) -> None:
+    """MEMO-19: the peer went away (its NNG pipe closed): a reply to its held request is
+    EHOSTUNREACH, as a ROUTER's to a peer that left, and the token is spent."""
+    url = f"ipc://{tmp_path}/p.ipc"
+    conn = NngConnection(f"nng+{url}", hwm=10, initial=1, limit=4)
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(conn.serve)
+            req = pynng.Req0(dial=url)
+            context = req.new_context()
+            await context.asend(b"q")
+            ((token, _),) = await received(conn, 1)
+            context.close()
+            req.close()  # its pipe closes; NNG tells the connection from its own thread
+            while token[:8] not in conn._dead_pipes:  # noqa: ASYNC110 - NNG's callback
+                await trio.sleep(0.01)
+            assert conn.send([token, b"reply"]) == EHOSTUNREACH
+            assert conn.send([token, b"reply"]) == EHOSTUNREACH  # spent now
+            nursery.cancel_scope.cancel()
+    conn.close(0)
