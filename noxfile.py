@@ -43,9 +43,10 @@ def tests(session: nox.Session) -> None:
 
     trace: pyarrow, for tests/trace; spark: pyspark and the rest, for tests/spark (a local Spark
     on the machine's Java 17; those tests skip with the reason where pyspark is missing);
-    metrics: prometheus-client, for tests/test_metrics.py.
+    metrics: prometheus-client, for tests/test_metrics.py; nng: pynng and cbor2, for memo01
+    (tests/protocol/test_memo01*.py, tests/nng).
     """
-    session.install("-e", ".[trace,spark,metrics]", *group("test"))
+    session.install("-e", ".[trace,spark,metrics,nng]", *group("test"))
     session.run("pytest", *session.posargs)
 
 
@@ -67,14 +68,17 @@ def lint(session: nox.Session) -> None:
 @nox.session
 def typecheck(session: nox.Session) -> None:
     """mypy --strict over src, tests and this file."""
-    session.install("-e", ".[metrics]", *group("typecheck"))
+    session.install("-e", ".[metrics,nng]", *group("typecheck"))
     session.run("mypy", *session.posargs)
 
 
 @nox.session
 def mutants(session: nox.Session) -> None:
-    """Plant each bug of tests/mutants/mutants.toml in a copy of the core; the suite must fail."""
-    session.install("-e", ".", *group("test"))
+    """Plant each bug of tests/mutants/mutants.toml in a copy of the core; the suite must fail.
+
+    nng: the memo01 mutants (tests/mutants/memo01.toml) are killed by tests that need cbor2.
+    """
+    session.install("-e", ".[nng]", *group("test"))
     session.run("python", "tests/mutants/run.py", *session.posargs)
 
 
@@ -112,8 +116,9 @@ def bench(session: nox.Session) -> None:
     ``brokers.py`` makes ``.bench-venvs/majortomo`` (majortomo 0.2.0 and six, never a domo
     dependency) on first use; matplotlib draws its plot and is installed here only.
     """
-    # trace: trace_overhead.py; spark: report_bench.py and call_service_bench.py
-    session.install("-e", ".[trace,spark]", "matplotlib")
+    # trace: trace_overhead.py; spark: report_bench.py and call_service_bench.py;
+    # nng: memo01_bench.py
+    session.install("-e", ".[trace,spark,nng]", "matplotlib")
     for script in sorted(Path("benchmarks").glob("[!_]*.py")):
         session.run("python", str(script), *session.posargs)
 

@@ -49,6 +49,9 @@ class Mutant:
     old: str
     new: str
     description: str
+    # The tests that judge it: the core's by default; a module of its own for a mutant of a
+    # layer that only that module exercises (memo01), so it costs seconds, not a suite run.
+    tests: str = PYTEST_TARGET
 
 
 KILLED, CRASHED, SURVIVED, STALE = "killed", "crashed", "SURVIVED", "stale"
@@ -160,13 +163,14 @@ def run_one(mutant: Mutant | None) -> Outcome:
             detail = f"imports {probe.stdout.strip()!r}, not the copy"
             return Outcome(subject, CRASHED, detail, 0.0)
         try:
-            result = run_suite(env)
+            target = PYTEST_TARGET if mutant is None else mutant.tests
+            result = run_suite(env, target=target)
             records = read_records(records_path)
             if mutant is not None and verdict_from(result.returncode, records)[0] == CRASHED:
                 # -x stopped at the first failure, a crash; a check further on may still catch
                 # the mutant, so run the whole suite once more before calling it a crash.
                 records_path.unlink(missing_ok=True)
-                result = run_suite(env, stop_at_first=False)
+                result = run_suite(env, stop_at_first=False, target=target)
                 records = read_records(records_path)
         except subprocess.TimeoutExpired:
             seconds = time.monotonic() - started
@@ -185,8 +189,11 @@ def run_one(mutant: Mutant | None) -> Outcome:
 BASELINE = Mutant("baseline", "-", "-", "", "", "the core as it is")
 
 
-def run_suite(env: dict[str, str], stop_at_first: bool = True) -> subprocess.CompletedProcess[str]:
-    """Run the core's tests with ``env`` (whose PYTHONPATH points at a mutated copy)."""
+def run_suite(
+    env: dict[str, str], stop_at_first: bool = True, target: str = PYTEST_TARGET
+) -> subprocess.CompletedProcess[str]:
+    """Run the core's tests (or ``target``) with ``env`` (whose PYTHONPATH points at a mutated
+    copy)."""
     return subprocess.run(
         [
             sys.executable,
@@ -202,7 +209,7 @@ def run_suite(env: dict[str, str], stop_at_first: bool = True) -> subprocess.Com
             # The spec-vs-code table check would "kill" any mutant of a table without a
             # behaviour test noticing; only behaviour counts here.
             "--ignore=tests/protocol/test_spec.py",
-            PYTEST_TARGET,
+            target,
         ],
         cwd=ROOT,
         env=env,

@@ -38,8 +38,9 @@ DIALECT_SPECS = {
     "reqrep.md": "REQREP",
     "dcp-v1.md": "DCP",
     "emqp-1.0.md": "EMQP",
+    "memo01.md": "MEMO",
 }
-DIALECT_RULE_ID = re.compile(r"\b(?:MDP01|MAJ|REQREP|DCP|EMQP)-\d\d\b")
+DIALECT_RULE_ID = re.compile(r"\b(?:MDP01|MAJ|REQREP|DCP|EMQP|MEMO)-\d\d\b")
 
 
 def dialect_rules(name: str) -> list[str]:

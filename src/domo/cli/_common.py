@@ -5,6 +5,7 @@ environment defaults (``DOMO_*``), the subcommand skeleton, and graceful stops o
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import logging
 import math
 import os
@@ -136,7 +137,7 @@ def _exit_codes_help(command: str) -> str:
 BIND_SCHEMES: Final = ("tcp", "ipc", "inproc")
 CONNECT_SCHEMES: Final = ("tcp", "ipc")  # inproc reaches only sockets of the same process
 FUZZ_TARGETS: Final = ("broker", "worker", "client")  # domo.fuzz.TARGETS, without Hypothesis
-FUZZ_DIALECTS: Final = ("mdp02", "mdp01", "majortomo")  # domo.fuzz.dialect.DIALECTS
+FUZZ_DIALECTS: Final = ("mdp02", "mdp01", "majortomo", "memo01")  # dialect.DIALECTS, memo01
 
 
 def _only_leaf(error: BaseException) -> BaseException:
@@ -362,6 +363,11 @@ def _endpoint(schemes: Sequence[str], text: str) -> str:
         return check_endpoint(text, bind="inproc" in schemes, schemes=schemes)
     except EndpointError as error:
         raise argparse.ArgumentTypeError(str(error)) from None
+
+
+def _nng_installed() -> bool:
+    """Whether the nng extra (pynng, cbor2) is importable, without importing it."""
+    return all(importlib.util.find_spec(name) is not None for name in ("pynng", "cbor2"))
 
 
 def _endpoint_to_bind_or_connect(schemes: Sequence[str], text: str) -> str:

@@ -19,6 +19,7 @@ from domo.curve import (
     CurveServer,
     load_keypair,
 )
+from domo.endpoints import EndpointError, check_endpoint
 from domo.protocol import BrokerConfig
 from domo.protocol.events import (
     BrokerEvent,
@@ -34,7 +35,9 @@ from domo.protocol.events import (
 from domo.trio import (
     serve_broker,
 )
+from domo.trio.broker import NNG_EXTRA_HINT, NNG_SCHEME
 
+from . import _common
 from ._common import (
     BIND_SCHEMES,
     DEFAULT_ENDPOINT,
@@ -68,13 +71,17 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "info",
         _prepare_broker,
     )
+    nng_state = "" if _common._nng_installed() else " (not installed here)"
     sub.add_argument(
         "--bind",
         action=_AppendDistinctEndpoint,
         metavar="ENDPOINT",
-        type=partial(_endpoint, BIND_SCHEMES),
+        type=_broker_endpoint,
         help=f"endpoint to bind, one socket each; repeat for several (tcp://, ipc://, "
-        f"inproc://); a tcp port of 0 picks a free one (default: {DEFAULT_ENDPOINT})",
+        f"inproc://); a tcp port of 0 picks a free one (default: {DEFAULT_ENDPOINT}). "
+        f"nng+tcp://HOST:PORT or nng+ipc:///PATH binds an NNG rep0 socket serving MemoDB's "
+        f"memo01 protocol (specs/memo01.md) on the same broker; it needs the nng extra, "
+        f"pip install 'domo[nng]'{nng_state}",
     )
     _add_heartbeat_options(sub, defaults.heartbeat_interval, defaults.liveness)
     sub.add_argument(
@@ -319,3 +326,16 @@ class LateWorkerWatch:
                 self.config.liveness * self.config.heartbeat_interval,
                 self.config.heartbeat_interval,
             )
+
+
+def _broker_endpoint(text: str) -> str:
+    """An argparse type: a ZeroMQ endpoint to bind, or an ``nng+`` one if the extra is here."""
+    if not text.startswith(NNG_SCHEME):
+        return _endpoint(BIND_SCHEMES, text)
+    try:
+        check_endpoint(text[len(NNG_SCHEME) :], bind=True, schemes=("tcp", "ipc"))
+    except EndpointError as error:
+        raise argparse.ArgumentTypeError(f"{text}: {error}") from None
+    if not _common._nng_installed():  # looked up at each call: tests replace it
+        raise argparse.ArgumentTypeError(f"{text}: {NNG_EXTRA_HINT}")
+    return text

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 import sys
 from functools import partial
@@ -12,7 +13,9 @@ import trio
 
 from domo.endpoints import EndpointError, check_endpoint
 from domo.protocol import BrokerConfig
+from domo.trio.broker import NNG_EXTRA_HINT, NNG_SCHEME
 
+from . import _common
 from ._common import (
     CONNECT_SCHEMES,
     EXIT_ENDPOINT,
@@ -56,7 +59,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     sub.add_argument(
         "endpoint",
         metavar="ENDPOINT",
-        type=partial(_endpoint_to_bind_or_connect, CONNECT_SCHEMES),
+        type=_fuzz_endpoint,
         help="the broker to check, or the endpoint to bind for a worker or client "
         "(tcp:// or ipc://)",
     )
@@ -115,7 +118,8 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         default=None,
         help="the dialect of the clients and workers played against a broker: mdp02 (RFC 18, "
         "the default), mdp01 (RFC 7, specs/mdp-0.1.md) or majortomo (specs/majortomo.md); "
-        "with --replay, the file's",
+        "with --replay, the file's; memo01 (specs/memo01.md) plays MemoDB workers and clients "
+        "against a broker's nng+tcp:// or nng+ipc:// ENDPOINT (needs pip install 'domo[nng]')",
     )
     sub.add_argument(
         "--no-mmi",
@@ -145,6 +149,14 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def _check_fuzz(args: argparse.Namespace) -> None:
+    if (args.dialect == "memo01") != args.endpoint.startswith(NNG_SCHEME):
+        args.parser.error("--dialect memo01 fuzzes a broker's nng+tcp:// or nng+ipc:// endpoint")
+    if args.dialect == "memo01":
+        if args.target not in (None, "broker") or args.replay is not None or args.command:
+            args.parser.error("--dialect memo01: only a broker, without --replay or --exec")
+        if not _common._nng_installed():
+            args.parser.error(f"--dialect memo01: {NNG_EXTRA_HINT}")
+        return
     if args.target in (None, "broker") and args.replay is None:
         try:  # the broker target connects: no port 0 or '*' there
             check_endpoint(args.endpoint, bind=False, schemes=CONNECT_SCHEMES)
@@ -164,6 +176,8 @@ def _check_fuzz(args: argparse.Namespace) -> None:
 
 
 async def _fuzz(args: argparse.Namespace) -> int:
+    if args.dialect == "memo01":
+        return await _fuzz_memo01(args)
     try:
         from domo import fuzz
     except ImportError as error:
@@ -257,5 +271,35 @@ async def _fuzz(args: argparse.Namespace) -> int:
             ", ".join(f"{f.violation.rule} after {f.seconds or 0:.1f} s" for f in result.findings)
             or "none"
         )
+    )
+    return EXIT_FINDINGS if result.findings else EXIT_OK
+
+
+def _fuzz_endpoint(text: str) -> str:
+    """``domo fuzz``'s ENDPOINT: ZeroMQ's, or a broker's ``nng+`` one for ``--dialect memo01``."""
+    if text.startswith(NNG_SCHEME):
+        try:
+            check_endpoint(text[len(NNG_SCHEME) :], bind=False, schemes=("tcp", "ipc"))
+        except EndpointError as error:
+            raise argparse.ArgumentTypeError(f"{text}: {error}") from None
+        return text
+    return _endpoint_to_bind_or_connect(CONNECT_SCHEMES, text)
+
+
+async def _fuzz_memo01(args: argparse.Namespace) -> int:
+    """``domo fuzz --dialect memo01``: ``domo.fuzz.memo01``'s scenarios over NNG."""
+    from domo.fuzz.memo01 import fuzz_memo01
+
+    seed = args.seed if args.seed is not None else int.from_bytes(os.urandom(4), "big")
+    url = args.endpoint[len(NNG_SCHEME) :]
+    result = await trio.to_thread.run_sync(
+        partial(fuzz_memo01, url, scenarios=args.examples, seed=seed, time_budget=args.time_budget)
+    )
+    for finding in result.findings:
+        print(f"{finding.rule}: {finding.explanation} (--seed {seed}, scenario {finding.scenario})")
+    broken = ", ".join(f.rule for f in result.findings) or "none"
+    print(
+        f"domo fuzz: broker (memo01): {result.scenarios} scenarios in {result.seconds:.1f} s, "
+        f"seed {seed}; {len(result.findings)} rule(s) broken: {broken}"
     )
     return EXIT_FINDINGS if result.findings else EXIT_OK

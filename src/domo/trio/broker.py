@@ -22,8 +22,10 @@ and the context (if the broker made it) is terminated.
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Callable, Iterable
+from typing import Any
 
 import trio
 import zmq
@@ -38,7 +40,23 @@ from domo.runtime.pumping import RoutedOutbox
 from ._pump import RouterPump, log_event
 from ._transport import Connection, Transport, ZmqTransport
 
-__all__ = ["serve_broker"]
+__all__ = ["NNG_EXTRA_HINT", "require_nng", "serve_broker"]
+
+NNG_SCHEME = "nng+"  # nng+tcp://, nng+ipc://: memo01 on an NNG rep0 socket (MEMO-21)
+NNG_EXTRA_HINT = "memo01 on nng+tcp:// or nng+ipc:// needs the nng extra: pip install 'domo[nng]'"
+
+
+def require_nng() -> Any:
+    """The memo01 layer (``domo.protocol.memo01``), or an error that says how to install it."""
+    try:
+        import cbor2  # noqa: F401
+        import pynng  # noqa: F401
+    except ImportError as error:
+        raise RuntimeError(f"{NNG_EXTRA_HINT} ({error})") from None
+    from domo.protocol import memo01
+
+    return memo01
+
 
 logger = logging.getLogger("domo.broker")
 
@@ -57,7 +75,10 @@ async def serve_broker(
 ) -> None:
     """Serve MDP/0.2 on ``endpoints`` (any mix of tcp://, ipc://, inproc://) until cancelled.
 
-    Each endpoint is bound by a ROUTER of its own, served by a pump task of its own.
+    Each endpoint is bound by a ROUTER of its own, served by a pump task of its own. An
+    ``nng+tcp://`` or ``nng+ipc://`` endpoint is an NNG rep0 socket serving memo01 (MemoDB's
+    protocol, specs/memo01.md; needs ``pip install 'domo[nng]'``), on the same core: a memo01
+    client reaches workers of every dialect and a memo01 worker serves every client.
 
     ``task_status.started`` receives the endpoints as bound (a ``:0`` or ``*`` port resolved).
     ``on_event`` sees every event of the core, in order, for logging or metrics; it must not
@@ -71,7 +92,16 @@ async def serve_broker(
     """
     if not endpoints:
         raise ValueError("serve_broker needs at least one endpoint")
-    broker = FamilyBroker(config)  # MDP/0.2, and the dialects of domo.protocol.dialects
+    nng = [index for index, endpoint in enumerate(endpoints) if endpoint.startswith(NNG_SCHEME)]
+    broker: FamilyBroker
+    if nng:
+        # memo01 on NNG (specs/memo01.md): the same core behind a layer that speaks it. The
+        # epoch is drawn here (the core draws nothing) so a restart's ids differ (MEMO-10).
+        memo_layer = require_nng()
+        memo_config = memo_layer.Memo01Config(epoch=os.urandom(4))
+        broker = memo_layer.Memo01Broker(config, memo_connections=nng, memo=memo_config)
+    else:
+        broker = FamilyBroker(config)  # MDP/0.2, and the dialects of domo.protocol.dialects
     recorder = None
     if trace_dir is not None:
         from domo.trace import TraceRecorder  # pyarrow is an extra; import only when tracing
@@ -97,7 +127,16 @@ async def serve_broker(
             zap = ZapHandler(net.context, curve.allow)
             zap.start()  # before the bind: no connection may be admitted unchecked
         bound: list[str] = []
+        nng_conns: list[Any] = []
         for endpoint in endpoints:
+            if endpoint.startswith(NNG_SCHEME):
+                from ._nng import NngConnection  # pynng: the nng extra, checked above
+
+                nng_conn = NngConnection(endpoint, hwm=hwm, limit=hwm)
+                conns.append(nng_conn)
+                nng_conns.append(nng_conn)
+                bound.append(nng_conn.bound())
+                continue
             conn, as_bound = net.bind([endpoint], hwm)
             conns.append(conn)
             bound += as_bound
@@ -111,6 +150,8 @@ async def serve_broker(
             logger.info("broker bound to %s", ", ".join(bound))
             task_status.started(bound)
             async with trio.open_nursery() as nursery:
+                for nng_conn in nng_conns:  # their context pools, beside their pumps
+                    await nursery.start(nng_conn.serve)
                 for pump in pumps:
                     nursery.start_soon(pump.run)
         finally:
