@@ -62,6 +62,7 @@ Outgoing = tuple[int, bytes, Relayed]  # (connection, routing id, frames): one m
 _KEY_PREFIX = b"\x00\xffdomo:"
 _REGISTERED = (PeerState.IDLE, PeerState.BUSY)
 _UNKNOWN = (MDP02, 0)  # not a family message: the core refuses it, as MDP/0.2's
+_MDP02_HEADERS = (MDPC02, MDPW02)  # an MDP/0.2 message's first frame
 
 
 def peer_key(
@@ -126,9 +127,10 @@ class FamilyBroker:
         """Handle one message from routing id ``peer`` on ``connection``, in whatever dialect
         it speaks."""
         if connection == 0:
-            first = frames[0] if frames else None
-            found = None if first in (MDPC02, MDPW02) else self.registry.detect(frames)
-            if found is None or found[0].dialect is Dialect.MDP02:  # the hot path
+            # The hot path: an MDP/0.2 header needs no detection.
+            mdp02 = frames and frames[0] in _MDP02_HEADERS
+            found = None if mdp02 else self.registry.detect(frames)
+            if found is None or found[0].dialect is Dialect.MDP02:
                 events = self.core.receive(peer, frames, now)  # garbage too: the core says why
                 if self._routes:  # a worker's FINAL may end a dialect client's request
                     self._note(events)
@@ -169,6 +171,9 @@ class FamilyBroker:
             self._withheld = []
         if self._routes:
             return self._translate(outbox)
+        if len(outbox) == 1:  # the request cycle's usual outbox, without a comprehension
+            peer, frames = outbox[0]
+            return [(0, peer, frames)]
         return [(0, peer, frames) for peer, frames in outbox]
 
     def flushed(self) -> list[RequestCompleted]:
