@@ -74,6 +74,7 @@ __all__ = [
     "Broker",
     "BrokerConfig",
     "PeerState",
+    "PeerTraits",
     "RequestView",
     "ServiceView",
     "Transition",
@@ -132,6 +133,29 @@ class BrokerConfig:
     def expiry_span(self) -> float:
         """Silence after which a peer is dead: ``liveness * heartbeat_interval``."""
         return self.liveness * self.heartbeat_interval
+
+
+@dataclass(frozen=True, slots=True)
+class PeerTraits:
+    """What the core may expect of one peer and send it, where it differs from MDP/0.2.
+
+    A peer has MDP/0.2's traits (every field True) unless ``Broker.set_traits`` gave it others;
+    ``FamilyBroker`` gives each peer its dialect's (``dialects.Capabilities``,
+    ``specs/family.md``).
+
+    - ``heartbeats_expected``: the peer heartbeats as a worker, so a silent one expires
+      (MDP-H-05); otherwise it is never expired for silence (FAM-02).
+    - ``heartbeats_sent``: the broker sends it HEARTBEAT (MDP-H-04); otherwise never (FAM-01).
+    - ``disconnect``: the broker may send it DISCONNECT; otherwise it is dropped without one,
+      and the events say no DISCONNECT was sent (FAM-03).
+    - ``mmi``: its ``mmi.*`` requests are answered by the broker (MDP-M-01); otherwise such a
+      name is a service like any other (FAM-04).
+    """
+
+    heartbeats_expected: bool = True
+    heartbeats_sent: bool = True
+    disconnect: bool = True
+    mmi: bool = True
 
 
 # --- the worker-side transition table ---------------------------------------------------------
@@ -359,6 +383,8 @@ class _Silence:
         self.timer_at = until
 
 
+_MDP02_TRAITS: Final = PeerTraits()
+
 _WORKER_TIMER: Final = 0
 _SILENCE_TIMER: Final = 1
 _QUEUE_TIMER: Final = 2
@@ -385,6 +411,7 @@ class Broker:
         self._workers: dict[bytes, WorkerRecord] = {}
         self._silenced: dict[bytes, _Silence] = {}
         self._clients: dict[bytes, RequestRecord] = {}  # peer -> its outstanding request
+        self._traits: dict[bytes, PeerTraits] = {}  # peers whose traits are not MDP/0.2's
         self._timers: DeadlineHeap[tuple[int, Any]] = DeadlineHeap()
         self._outbox: list[tuple[bytes, Relayed]] = []
         # Client replies not yet confirmed by ``flushed`` (MDP-D-24), by *sequence number*: the
@@ -494,6 +521,16 @@ class Broker:
         """
         return self._peer_failed(peer, now, WorkerInput.CONGESTED, "client-congested", unsent)
 
+    def set_traits(self, peer: bytes, traits: PeerTraits | None) -> None:
+        """Give ``peer`` its dialect's traits (None: MDP/0.2's); see ``PeerTraits``.
+
+        Set before the peer's first message, and kept while the broker holds anything of it.
+        """
+        if traits is None or traits == _MDP02_TRAITS:
+            self._traits.pop(peer, None)
+        else:
+            self._traits[peer] = traits
+
     def shutdown(self, now: float) -> list[BrokerEvent]:
         """Give up every request and send DISCONNECT to every registered worker (MDP-W-14).
 
@@ -508,8 +545,10 @@ class Broker:
                 request.abandoned = True
             self._end_request(request, "broker-shutdown", None, now, events)
         for worker in list(self._workers.values()):
-            self._outbox.append((worker.peer, mdp.DISCONNECT_FRAMES))
-            self._remove_worker(worker, now, events, disconnect_sent=True, reason="broker-shutdown")
+            sent = self._disconnects(worker.peer)
+            if sent:  # FAM-03
+                self._outbox.append((worker.peer, mdp.DISCONNECT_FRAMES))
+            self._remove_worker(worker, now, events, disconnect_sent=sent, reason="broker-shutdown")
             self._silence(worker.peer, now)
         return events
 
@@ -572,7 +611,7 @@ class Broker:
             registered_at=w.registered_at,
             last_heard=w.last_heard,
             last_sent=w.last_sent,
-            expires_at=w.last_heard + self._span,
+            expires_at=w.last_heard + self._span if self._expires(w.peer) else float("inf"),
         )
 
     def _request_view(self, r: RequestRecord) -> RequestView:
@@ -648,6 +687,10 @@ class Broker:
     ) -> None:
         if self._workers.get(worker.peer) is not worker or worker.timer_at != deadline:
             return  # the worker is gone, or this entry was replaced
+        traits = self._traits.get(worker.peer) if self._traits else None
+        if traits is not None:
+            self._dialect_worker_timer(worker, traits, now, events)
+            return
         if now >= worker.last_heard + self._span:
             self._worker_input(worker.peer, WorkerInput.EXPIRED, now, events)
             return
@@ -657,8 +700,29 @@ class Broker:
 
     def _arm_worker_timer(self, worker: WorkerRecord) -> None:
         at = min(worker.last_sent + self._interval, worker.last_heard + self._span)
+        traits = self._traits.get(worker.peer) if self._traits else None
+        if traits is not None:
+            at = float("inf")
+            if traits.heartbeats_sent:
+                at = worker.last_sent + self._interval
+            if traits.heartbeats_expected:
+                at = min(at, worker.last_heard + self._span)
+            if at == float("inf"):  # nothing to time: a dialect with no heartbeats at all
+                worker.timer_at = at
+                return
         worker.timer_at = at
         self._timers.push(at, (_WORKER_TIMER, worker))
+
+    def _dialect_worker_timer(
+        self, worker: WorkerRecord, traits: PeerTraits, now: float, events: list[BrokerEvent]
+    ) -> None:
+        """``_worker_timer`` for a worker whose dialect may not heartbeat (FAM-01, FAM-02)."""
+        if traits.heartbeats_expected and now >= worker.last_heard + self._span:
+            self._worker_input(worker.peer, WorkerInput.EXPIRED, now, events)
+            return
+        if traits.heartbeats_sent and now >= worker.last_sent + self._interval:
+            self._worker_input(worker.peer, WorkerInput.HEARTBEAT_DUE, now, events)
+        self._arm_worker_timer(worker)
 
     def _silence_timer(
         self, silence: _Silence, deadline: float, now: float, events: list[BrokerEvent]
@@ -733,7 +797,7 @@ class Broker:
         transition = WORKER_TRANSITIONS[state, input_]
         if transition.violation:
             why = reason if reason is not None else _VIOLATION_REASONS[input_]
-            kicked = Action.SEND_DISCONNECT in transition.actions
+            kicked = Action.SEND_DISCONNECT in transition.actions and self._disconnects(peer)
             action: ViolationAction = "disconnected" if kicked else "dropped"
             events.append(ProtocolViolation(peer, rule or transition.rule, why, action, now))
         for step in transition.actions:
@@ -752,7 +816,8 @@ class Broker:
                 assert worker is not None
                 self._send(worker, mdp.HEARTBEAT_FRAMES)
             elif step is Action.SEND_DISCONNECT:
-                self._outbox.append((peer, mdp.DISCONNECT_FRAMES))
+                if self._disconnects(peer):  # FAM-03
+                    self._outbox.append((peer, mdp.DISCONNECT_FRAMES))
             elif step is Action.UNREGISTER:
                 assert worker is not None
                 if input_ is WorkerInput.EXPIRED:
@@ -763,7 +828,8 @@ class Broker:
                         worker,
                         now,
                         events,
-                        disconnect_sent=Action.SEND_DISCONNECT in transition.actions,
+                        disconnect_sent=Action.SEND_DISCONNECT in transition.actions
+                        and self._disconnects(peer),
                         reason=_DISCONNECT_REASONS[input_],
                     )
             elif step is Action.SILENCE:
@@ -772,6 +838,16 @@ class Broker:
                 self._keep_silent(peer, input_, now, events)
             elif step is Action.FORGET:
                 del self._silenced[peer]
+
+    def _expires(self, peer: bytes) -> bool:
+        """Whether ``peer`` is expired when silent as a worker (FAM-02)."""
+        traits = self._traits.get(peer) if self._traits else None
+        return traits is None or traits.heartbeats_expected
+
+    def _disconnects(self, peer: bytes) -> bool:
+        """Whether DISCONNECT is sent to ``peer`` (FAM-03)."""
+        traits = self._traits.get(peer) if self._traits else None
+        return traits is None or traits.disconnect
 
     def _send(self, worker: WorkerRecord, frames: Relayed) -> None:
         worker.last_sent = self._now
@@ -913,8 +989,8 @@ class Broker:
         service = frames[2]
         assert isinstance(service, bytes)  # validate_client checked it
         body = tuple(frames[3:])
-        if service.startswith(MMI_PREFIX):
-            self._mmi(peer, service, body, now, events)
+        if service.startswith(MMI_PREFIX) and (peer not in self._traits or self._traits[peer].mmi):
+            self._mmi(peer, service, body, now, events)  # FAM-04: only where the dialect has it
             return
         self._last_request_id += 1
         request = RequestRecord(self._last_request_id, peer, service, body, now)

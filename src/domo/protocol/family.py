@@ -32,12 +32,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from enum import Enum
 
-from .broker import Broker, BrokerConfig, PeerState, WorkerView
+from .broker import Broker, BrokerConfig, PeerState, PeerTraits, WorkerView
 from .dialects import (
     CODECS,
     MDPC02,
     MDPW02,
     REGISTRY,
+    Capabilities,
     Dialect,
     DialectCodec,
     Registry,
@@ -47,6 +48,7 @@ from .dialects.mdp02 import MDP02
 from .events import (
     BrokerEvent,
     MmiReplied,
+    ProtocolViolation,
     RequestCompleted,
     RequestDropped,
     RequestExpired,
@@ -55,7 +57,7 @@ from .events import (
 )
 from .mdp import BodyFrame, Relayed
 
-__all__ = ["FamilyBroker", "Outgoing", "PeerRoute", "peer_key"]
+__all__ = ["FamilyBroker", "Outgoing", "PeerRoute", "peer_key", "traits_of"]
 
 Outgoing = tuple[int, bytes, Relayed]  # (connection, routing id, frames): one message to send
 
@@ -82,10 +84,28 @@ def peer_key(
     return prefix + b"".join(len(p).to_bytes(4, "big") + bytes(p) for p in parts)
 
 
+def traits_of(capabilities: Capabilities) -> PeerTraits:
+    """What the core acts on of a dialect's capabilities (``specs/family.md``)."""
+    return PeerTraits(
+        heartbeats_expected=capabilities.worker_heartbeats,  # FAM-02
+        heartbeats_sent=capabilities.broker_heartbeats,  # FAM-01
+        disconnect=capabilities.disconnect,  # FAM-03
+        mmi=capabilities.mmi,  # FAM-04
+    )
+
+
 class PeerRoute:
     """Where and how to send what the core sends to one peer key."""
 
-    __slots__ = ("codec", "connection", "dialect", "envelope", "request_key", "routing_id")
+    __slots__ = (
+        "client",
+        "codec",
+        "connection",
+        "dialect",
+        "envelope",
+        "request_key",
+        "routing_id",
+    )
 
     def __init__(
         self,
@@ -103,6 +123,8 @@ class PeerRoute:
         self.request_key = request_key  # the request this key stands for, in a keyed dialect
         # The registry's record, looked up once.
         self.codec: DialectCodec = codec if codec is not None else CODECS[Dialect(dialect.value)]
+        # For a request key of a bounded dialect: the client it counts against (FAM-05).
+        self.client: bytes | None = None
 
 
 class FamilyBroker:
@@ -118,6 +140,14 @@ class FamilyBroker:
         self._keys_of: dict[tuple[int, bytes], dict[bytes, None]] = {}
         self._maybe_done: dict[bytes, None] = {}  # keys to forget once their messages are out
         self._withheld: list[int] = []  # core outbox indexes of the last outbox not sent at all
+        # A bounded keyed dialect's client -> its request keys the broker holds (FAM-05).
+        self._requests_of: dict[bytes, dict[bytes, None]] = {}
+        # Refusals of requests beyond a client's bound, sent after the core's outbox (FAM-05);
+        # and where they began in the outbox last taken, for ``_core_index``.
+        self._refusals: list[Outgoing] = []
+        self._refusals_at: int | None = None
+        self._core_taken = 0  # how many messages the core's outbox last taken had
+        self._traits: dict[Enum, PeerTraits | None] = {}  # per dialect, None for MDP/0.2's
 
     # -- the sans-IO contract, as Broker's, with the connection ---------------------------------
 
@@ -149,9 +179,18 @@ class FamilyBroker:
         route = self._routes.get(key)
         if route is None:
             route = PeerRoute(peer, envelope, codec.dialect, connection, request_key, codec)
+            bound = codec.capabilities.outstanding_per_client
+            if request_key is not None and bound is not None:
+                client = peer_key(peer, envelope, codec.dialect, connection)
+                held = self._requests_of.get(client)
+                if held is not None and len(held) >= bound:
+                    return self._refuse(route, key, bound, now)  # no route is kept for it
+                self._requests_of.setdefault(client, {})[key] = None
+                route.client = client
             self._routes[key] = route
             self._keys_of.setdefault((connection, peer), {})[key] = None
             self._maybe_done[key] = None  # a first message that was refused leaves nothing
+            self.core.set_traits(key, self._traits_of(codec))
         events = self.core.receive(key, codec.decode(message), now)
         self._note(events)
         return events
@@ -170,7 +209,14 @@ class FamilyBroker:
         if self._withheld:
             self._withheld = []
         if self._routes:
-            return self._translate(outbox)
+            self._core_taken = len(outbox)
+            out = self._translate(outbox)
+            self._refusals_at = None
+            if self._refusals:  # FAM-05: after the core's, in the order they were made
+                self._refusals_at = len(out)
+                out += self._refusals
+                self._refusals = []
+            return out
         if len(outbox) == 1:  # the request cycle's usual outbox, without a comprehension
             peer, frames = outbox[0]
             return [(0, peer, frames)]
@@ -215,6 +261,8 @@ class FamilyBroker:
         """The core's index of message ``index`` of the outbox last taken (some are withheld)."""
         if index is None:
             return None
+        if self._refusals_at is not None and index >= self._refusals_at:
+            return self._core_taken  # a refusal: every message of the core's was sent before it
         for withheld in self._withheld:  # ascending
             if withheld <= index:
                 index += 1
@@ -247,6 +295,30 @@ class FamilyBroker:
         return len(self._routes)
 
     # -- inside -----------------------------------------------------------------------------------
+
+    def _traits_of(self, codec: DialectCodec) -> PeerTraits | None:
+        """The core's traits for a peer of ``codec``'s dialect, worked out once per dialect."""
+        if codec.dialect not in self._traits:
+            self._traits[codec.dialect] = traits_of(codec.capabilities)
+        return self._traits[codec.dialect]
+
+    def _refuse(self, route: PeerRoute, key: bytes, bound: int, now: float) -> list[BrokerEvent]:
+        """A request beyond its client's bound: the dialect's answer, if any, and a violation
+        (FAM-05). The core does not see it, and nothing is kept of it, so the same key asked
+        again is counted again; the core's timers still come first (MDP-D-03)."""
+        events = self.core.tick(now)
+        assert route.request_key is not None
+        answer = (
+            None
+            if route.codec.refuse is None
+            else route.codec.refuse(route.envelope, route.request_key)
+        )
+        if answer is not None:
+            self._refusals.append((route.connection, route.routing_id, answer))
+        reason = f"a request beyond the {bound} its client may have outstanding"
+        events.append(ProtocolViolation(key, "FAM-05", reason, "dropped", now))
+        self._note(events)
+        return events
 
     def _translate(self, outbox: list[tuple[bytes, Relayed]]) -> list[Outgoing]:
         routes = self._routes
@@ -285,6 +357,12 @@ class FamilyBroker:
                 continue
             route = self._routes.pop(key, None)
             if route is not None:
+                self.core.set_traits(key, None)
+                if route.client is not None:  # FAM-05: no longer counted against its client
+                    held = self._requests_of[route.client]
+                    del held[key]
+                    if not held:
+                        del self._requests_of[route.client]
                 address = (route.connection, route.routing_id)
                 keys = self._keys_of[address]
                 del keys[key]

@@ -89,10 +89,14 @@ class DialectCodec:
     - ``delimited``: its messages start with an empty frame (after the envelope, if any); only
       MDP/0.2's do not, and they are told by their first frame.
     - ``request_key``: for a dialect whose client may have several requests outstanding
-      (``outstanding_per_client`` None), splits a message (after the delimiter) into the key
-      that names its request and the message without it, or gives None for a message that
-      names none (a worker's). The broker holds each (client, request key) as a client of its
-      own, so the core's one-request-per-client rule (MDP-S-02) holds per key.
+      (``outstanding_per_client`` None or above 1), splits a message (after the delimiter) into
+      the key that names its request and the message without it, or gives None for a message
+      that names none (a worker's). The broker holds each (client, request key) as a client of
+      its own, so the core's one-request-per-client rule (MDP-S-02) holds per key, and counts a
+      client's keys against ``outstanding_per_client`` (FAM-05).
+    - ``refuse(envelope, request_key)``: the dialect's answer to a request beyond
+      ``outstanding_per_client`` (the frames after the routing id, behind ``envelope``), or
+      None to refuse it without an answer; no ``refuse`` at all: no answer (FAM-05).
 
     ``dialect`` is a ``Dialect`` for the built-in dialects; a dialect of one's own may use any
     ``Enum`` member with a ``str`` value (it names the dialect in peer keys).
@@ -105,11 +109,14 @@ class DialectCodec:
     encode: Callable[[Relayed, Relayed, bytes | None], Relayed]
     delimited: bool = True
     request_key: Callable[[Sequence[BodyFrame]], tuple[bytes, list[BodyFrame]] | None] | None = None
+    refuse: Callable[[Relayed, bytes], Relayed | None] | None = None
 
     def __post_init__(self) -> None:
         outstanding = self.capabilities.outstanding_per_client
-        if outstanding is None and self.request_key is None:
+        keyed = self.request_key is not None
+        if outstanding is not None and outstanding < 1:
+            raise ValueError(f"{self.dialect}: outstanding_per_client must be >= 1 or None")
+        if (outstanding is None or outstanding > 1) and not keyed:
             raise ValueError(f"{self.dialect}: several requests per client need a request_key")
-        if outstanding is not None and (outstanding != 1 or self.request_key is not None):
-            # A bound above 1 would need the broker to count a client's keys: not done yet.
-            raise ValueError(f"{self.dialect}: outstanding_per_client is 1 (no key) or None")
+        if outstanding == 1 and keyed:
+            raise ValueError(f"{self.dialect}: one request per client needs no request_key")
