@@ -18,15 +18,18 @@ from enum import Enum
 from ..mdp import BodyFrame, Relayed
 
 __all__ = [
+    "CORE_CODES",
     "MDPC01",
     "MDPC02",
     "MDPW01",
     "MDPW02",
     "UNKNOWN_COMMAND",
     "Capabilities",
+    "Command",
     "Dialect",
     "DialectCodec",
     "Role",
+    "Translation",
 ]
 
 MDPC02, MDPW02, MDPC01, MDPW01 = b"MDPC02", b"MDPW02", b"MDPC01", b"MDPW01"
@@ -50,6 +53,58 @@ class Role(Enum):
 
     CLIENT = "client"
     WORKER = "worker"
+
+
+class Command(Enum):
+    """The core's commands by what they do (``design.md`` section 7), whatever a dialect
+    calls them or however it frames them."""
+
+    REGISTER = "register"  # a worker offers a service (READY)
+    REQUEST = "request"  # a client asks; the broker hands it to a worker
+    PARTIAL = "partial"  # part of a reply
+    FINAL = "final"  # the last reply (REPLY in MDP/0.1)
+    HEARTBEAT = "heartbeat"
+    LEAVE = "leave"  # DISCONNECT, either way
+
+
+# The core's own form of each command, by the side of the peer it comes from or goes to: today
+# the routing core speaks MDP/0.2 (``specs/mdp-0.2.md``), so these are RFC 18's codes.
+CORE_CODES: dict[tuple[Role, Command], bytes] = {
+    (Role.WORKER, Command.REGISTER): b"\x01",
+    (Role.WORKER, Command.REQUEST): b"\x02",
+    (Role.WORKER, Command.PARTIAL): b"\x03",
+    (Role.WORKER, Command.FINAL): b"\x04",
+    (Role.WORKER, Command.HEARTBEAT): b"\x05",
+    (Role.WORKER, Command.LEAVE): b"\x06",
+    (Role.CLIENT, Command.REQUEST): b"\x01",
+    (Role.CLIENT, Command.PARTIAL): b"\x02",
+    (Role.CLIENT, Command.FINAL): b"\x03",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Translation:
+    """One row of a dialect's table: a message of the dialect and the core command it is.
+
+    - ``role``: the dialect peer's side (its client or its worker).
+    - ``inbound``: from the peer to the broker (decoded), or from the broker to it (encoded).
+    - ``command``: the core command.
+    - ``frames``: how the dialect's message starts, as the peer sees it on its socket with no
+      envelope (the leading empty frame included where the dialect has one), up to and with its
+      command frame; the command's arguments follow. ``None`` for an outbound command the
+      dialect's peer never gets (withheld).
+    - ``rule``: the rule id that decides it (the dialect's, or MDP/0.2's where it applies).
+
+    A dialect's rows are the whole of its codec as data: ``tests/protocol/test_dialect_tables``
+    runs each through the codec, and a command code without a row is refused by the core;
+    ``domo.spec_tables`` renders them into the dialect's spec.
+    """
+
+    role: Role
+    inbound: bool
+    command: Command
+    frames: tuple[bytes, ...] | None
+    rule: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +149,8 @@ class DialectCodec:
       that names none (a worker's). The broker holds each (client, request key) as a client of
       its own, so the core's one-request-per-client rule (MDP-S-02) holds per key, and counts a
       client's keys against ``outstanding_per_client`` (FAM-05).
+    - ``table``: the codec as data, one ``Translation`` per command each way (empty: none
+      given; every dialect domo ships has one).
     - ``refuse(envelope, request_key)``: the dialect's answer to a request beyond
       ``outstanding_per_client`` (the frames after the routing id, behind ``envelope``), or
       None to refuse it without an answer; no ``refuse`` at all: no answer (FAM-05).
@@ -110,6 +167,7 @@ class DialectCodec:
     delimited: bool = True
     request_key: Callable[[Sequence[BodyFrame]], tuple[bytes, list[BodyFrame]] | None] | None = None
     refuse: Callable[[Relayed, bytes], Relayed | None] | None = None
+    table: tuple[Translation, ...] = ()
 
     def __post_init__(self) -> None:
         outstanding = self.capabilities.outstanding_per_client
