@@ -111,11 +111,12 @@ class Translation:
 class Capabilities:
     """What a dialect's peers can do, as the broker must know it to serve them.
 
-    The broker reads ``partial_replies`` (PARTIALs are withheld from a client whose dialect has
-    none) and ``client_hops`` (whether a client may sit behind 28/REQREP address frames; a worker
-    never does). The others say how the dialect's rules map onto the core's, which applies
-    MDP/0.2's timers, DISCONNECT and MMI to every peer (each dialect's spec says so rule by rule),
-    and ``outstanding_per_client`` bounds what a client of the dialect may have in flight.
+    The broker acts on each (``specs/family.md``): PARTIALs are withheld from a client whose
+    dialect has no ``partial_replies``; a client may sit behind 28/REQREP address frames only if
+    its dialect has ``client_hops`` (a worker never does); ``worker_heartbeats``,
+    ``broker_heartbeats``, ``disconnect`` and ``mmi`` become the peer's ``PeerTraits`` in the
+    core (FAM-01..04); ``outstanding_per_client`` bounds what a client of the dialect may have
+    in flight (1: MDP-S-02; N above 1: counted per client, FAM-05; None: any number).
     """
 
     clients: bool  # the dialect has clients
