@@ -14,8 +14,17 @@ import dataclasses
 from collections.abc import Sequence
 from enum import Enum
 
+import pytest
+
 from domo.protocol import BrokerConfig
-from domo.protocol.broker import PeerTraits
+from domo.protocol.broker import (
+    WORKER_TRANSITIONS,
+    Action,
+    PeerState,
+    PeerTraits,
+    WorkerInput,
+    worker_transitions_for,
+)
 from domo.protocol.dialects import (
     DETECTION_ORDER,
     MDPC02,
@@ -254,3 +263,48 @@ def test_traits_follow_the_capabilities_and_the_shipped_dialects_keep_mdp02_rule
     for shipped in REGISTRY.codecs:
         if shipped.capabilities.workers:
             assert traits_of(shipped.capabilities) == PeerTraits(), shipped.dialect
+
+
+@pytest.mark.parametrize(
+    ("traits", "rule", "changes"),
+    [
+        (PeerTraits(heartbeats_sent=False), "FAM-01", Action.SEND_HEARTBEAT),
+        (PeerTraits(heartbeats_expected=False), "FAM-02", None),
+        (PeerTraits(disconnect=False), "FAM-03", Action.SEND_DISCONNECT),
+    ],
+)
+def test_a_dialects_worker_table_is_mdp02s_with_its_capabilities_applied(
+    traits: PeerTraits, rule: str, changes: Action | None
+) -> None:
+    """FAM-01..03 as data: the cells a capability changes, and nothing else."""
+    table = worker_transitions_for(traits)
+    assert set(table) == set(WORKER_TRANSITIONS)
+    registered = (PeerState.IDLE, PeerState.BUSY)
+    for (state, input_), base in WORKER_TRANSITIONS.items():
+        cell = table[state, input_]
+        if changes is not None:
+            touched = changes in base.actions
+            expected_actions = tuple(a for a in base.actions if a is not changes)
+            expected_after = base.next_state
+        else:  # FAM-02: a registered worker's liveness ending changes nothing
+            touched = state in registered and input_ is WorkerInput.EXPIRED
+            expected_actions, expected_after = (), state
+        if not touched:
+            assert cell == base, (state, input_)
+            continue
+        assert cell.amended_by == rule, (state, input_)
+        assert cell.actions == expected_actions
+        assert cell.next_state == expected_after
+        assert (cell.rule, cell.violation) == (base.rule, base.violation)
+    assert worker_transitions_for(PeerTraits()) is WORKER_TRANSITIONS
+
+
+def test_with_every_capability_off_each_cell_names_every_rule_that_changed_it() -> None:
+    """FAM-01, FAM-02, FAM-03 together."""
+    table = worker_transitions_for(
+        PeerTraits(heartbeats_expected=False, heartbeats_sent=False, disconnect=False)
+    )
+    amended = {cell.amended_by for cell in table.values()}
+    assert amended == {None, "FAM-01", "FAM-02", "FAM-03"}
+    assert all(Action.SEND_DISCONNECT not in c.actions for c in table.values())
+    assert all(Action.SEND_HEARTBEAT not in c.actions for c in table.values())

@@ -41,6 +41,7 @@ from bisect import bisect_left
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
+from types import MappingProxyType
 from typing import Any, Final, TypeAlias
 
 from . import mdp
@@ -80,6 +81,7 @@ __all__ = [
     "Transition",
     "WorkerInput",
     "WorkerView",
+    "worker_transitions_for",
 ]
 
 MMI_PREFIX: Final = b"mmi."
@@ -212,12 +214,17 @@ class Action(Enum):
 
 @dataclass(frozen=True, slots=True)
 class Transition:
-    """One cell of the table: the state after, the actions, and the rule that decides it."""
+    """One cell of the table: the state after, the actions, and the rule that decides it.
+
+    ``amended_by``: in a dialect's table (``worker_transitions_for``), the rules that changed
+    the cell from MDP/0.2's (``FAM-01``...), or None where it is MDP/0.2's.
+    """
 
     next_state: PeerState
     actions: tuple[Action, ...]
     rule: str
     violation: bool = False
+    amended_by: str | None = None
 
 
 def _build_worker_transitions() -> dict[tuple[PeerState, WorkerInput], Transition]:
@@ -282,6 +289,37 @@ def _build_worker_transitions() -> dict[tuple[PeerState, WorkerInput], Transitio
 WORKER_TRANSITIONS: Final[Mapping[tuple[PeerState, WorkerInput], Transition]] = (
     _build_worker_transitions()
 )
+
+
+def worker_transitions_for(
+    traits: PeerTraits,
+) -> Mapping[tuple[PeerState, WorkerInput], Transition]:
+    """``WORKER_TRANSITIONS`` as it holds for a peer with ``traits`` (``specs/family.md``).
+
+    Without DISCONNECT, a cell that sends it only unregisters and silences (FAM-03); without
+    broker heartbeats, ``heartbeat due`` sends nothing (FAM-01); without worker heartbeats, a
+    registered worker's ``liveness expired`` changes nothing (FAM-02; its timer never says so).
+    Each changed cell names the rules in ``amended_by``. Pure: the same traits, the same table.
+    """
+    if traits == PeerTraits():
+        return WORKER_TRANSITIONS
+    table = dict(WORKER_TRANSITIONS)
+    for (state, input_), cell in WORKER_TRANSITIONS.items():
+        after, actions, amended = cell.next_state, cell.actions, []
+        if not traits.disconnect and Action.SEND_DISCONNECT in actions:
+            actions = tuple(a for a in actions if a is not Action.SEND_DISCONNECT)
+            amended.append("FAM-03")
+        if not traits.heartbeats_sent and Action.SEND_HEARTBEAT in actions:
+            actions = tuple(a for a in actions if a is not Action.SEND_HEARTBEAT)
+            amended.append("FAM-01")
+        if not traits.heartbeats_expected and input_ is WorkerInput.EXPIRED and actions:
+            after, actions = state, ()
+            amended.append("FAM-02")
+        if amended:
+            amendment = ", ".join(amended)
+            table[state, input_] = Transition(after, actions, cell.rule, cell.violation, amendment)
+    return MappingProxyType(table)
+
 
 # The members the request cycle names, as globals: on Python 3.11 ``Enum.MEMBER`` goes through
 # ``EnumType.__getattr__`` (about 90 ns, which the interpreter cannot cache) and a cycle names a
@@ -412,6 +450,7 @@ class Broker:
         self._silenced: dict[bytes, _Silence] = {}
         self._clients: dict[bytes, RequestRecord] = {}  # peer -> its outstanding request
         self._traits: dict[bytes, PeerTraits] = {}  # peers whose traits are not MDP/0.2's
+        self._tables: dict[PeerTraits, Mapping[tuple[PeerState, WorkerInput], Transition]] = {}
         self._timers: DeadlineHeap[tuple[int, Any]] = DeadlineHeap()
         self._outbox: list[tuple[bytes, Relayed]] = []
         # Client replies not yet confirmed by ``flushed`` (MDP-D-24), by *sequence number*: the
@@ -530,6 +569,8 @@ class Broker:
             self._traits.pop(peer, None)
         else:
             self._traits[peer] = traits
+            if traits not in self._tables:
+                self._tables[traits] = worker_transitions_for(traits)
 
     def shutdown(self, now: float) -> list[BrokerEvent]:
         """Give up every request and send DISCONNECT to every registered worker (MDP-W-14).
@@ -720,7 +761,7 @@ class Broker:
         if traits.heartbeats_expected and now >= worker.last_heard + self._span:
             self._worker_input(worker.peer, WorkerInput.EXPIRED, now, events)
             return
-        if traits.heartbeats_sent and now >= worker.last_sent + self._interval:
+        if now >= worker.last_sent + self._interval:  # its table says whether to send (FAM-01)
             self._worker_input(worker.peer, WorkerInput.HEARTBEAT_DUE, now, events)
         self._arm_worker_timer(worker)
 
@@ -794,10 +835,13 @@ class Broker:
             state = _IDLE if worker.request is None else _BUSY
         else:
             state = _SILENCED if peer in self._silenced else _UNKNOWN
-        transition = WORKER_TRANSITIONS[state, input_]
+        if self._traits and peer in self._traits:  # a dialect's own table (FAM-01..03)
+            transition = self._tables[self._traits[peer]][state, input_]
+        else:
+            transition = WORKER_TRANSITIONS[state, input_]
         if transition.violation:
             why = reason if reason is not None else _VIOLATION_REASONS[input_]
-            kicked = Action.SEND_DISCONNECT in transition.actions and self._disconnects(peer)
+            kicked = Action.SEND_DISCONNECT in transition.actions
             action: ViolationAction = "disconnected" if kicked else "dropped"
             events.append(ProtocolViolation(peer, rule or transition.rule, why, action, now))
         for step in transition.actions:
@@ -816,8 +860,7 @@ class Broker:
                 assert worker is not None
                 self._send(worker, mdp.HEARTBEAT_FRAMES)
             elif step is Action.SEND_DISCONNECT:
-                if self._disconnects(peer):  # FAM-03
-                    self._outbox.append((peer, mdp.DISCONNECT_FRAMES))
+                self._outbox.append((peer, mdp.DISCONNECT_FRAMES))
             elif step is Action.UNREGISTER:
                 assert worker is not None
                 if input_ is WorkerInput.EXPIRED:
@@ -828,8 +871,7 @@ class Broker:
                         worker,
                         now,
                         events,
-                        disconnect_sent=Action.SEND_DISCONNECT in transition.actions
-                        and self._disconnects(peer),
+                        disconnect_sent=Action.SEND_DISCONNECT in transition.actions,
                         reason=_DISCONNECT_REASONS[input_],
                     )
             elif step is Action.SILENCE:
