@@ -45,6 +45,7 @@ from types import MappingProxyType
 from typing import Any, Final, TypeAlias
 
 from . import mdp
+from .dialects.base import Command, CoreCommand, Role
 from .dispatch import Dispatcher, RequestRecord, RequestState, ServiceRecord, WorkerRecord
 from .errors import LocalProtocolError, MalformedMessage
 from .events import (
@@ -355,6 +356,24 @@ _VIOLATION_REASONS: Final[dict[WorkerInput, str]] = {
     WorkerInput.REQUEST: "REQUEST is a broker-to-worker command",
 }
 
+# What a worker's other neutral commands are to the worker table (``Broker.command``).
+_NEUTRAL_WORKER_INPUT: Final = {
+    Command.HEARTBEAT: WorkerInput.HEARTBEAT,
+    Command.LEAVE: WorkerInput.DISCONNECT,
+}
+# A client's commands, and the rule for one without a body (MDP-C-01..03).
+_CLIENT_COMMANDS: Final = {
+    Command.REQUEST: "MDP-C-01",
+    Command.PARTIAL: "MDP-C-02",
+    Command.FINAL: "MDP-C-03",
+}
+# A worker's commands that name a client and carry a body, and the rule for one without a body.
+_ADDRESSED: Final = {
+    Command.REQUEST: "MDP-W-02",
+    Command.PARTIAL: "MDP-W-03",
+    Command.FINAL: "MDP-W-04",
+}
+
 _WORKER_INPUT_OF_CODE: Final = {
     mdp.W_READY: WorkerInput.READY,
     mdp.W_REQUEST: WorkerInput.REQUEST,
@@ -492,6 +511,69 @@ class Broker:
             events.append(
                 ProtocolViolation(peer, "MDP-W-08", "unknown protocol header", "dropped", now)
             )
+        return events
+
+    def command(self, peer: bytes, message: CoreCommand, now: float) -> list[BrokerEvent]:
+        """Handle one neutral command from ``peer`` (``design.md`` section 7): what a message
+        of any dialect means, with no frames to parse. ``receive`` is MDP/0.2's frames decoded
+        into the same steps, so the two agree on every valid message
+        (``tests/protocol/test_broker_command.py``).
+
+        What a message's frames would have had checked is checked here: a service name
+        (MDP-D-01), a reply's client address (MDP-D-02), a body of one frame or more
+        (MDP-C-01, MDP-W-03, MDP-W-04); a command the sender's side has no business sending is
+        MDP/0.2's violation for it (MDP-W-15, MDP-D-16, MDP-C-01).
+        """
+        events = self._advance(now)
+        command = message.command
+        if message.role is Role.WORKER:
+            if command is Command.REGISTER:
+                service = message.service
+                if not mdp.is_valid_service(service):
+                    reason = "service name is not 1-255 printable ASCII bytes"
+                    self._worker_input(
+                        peer, WorkerInput.INVALID, now, events, reason=reason, rule="MDP-D-01"
+                    )
+                elif service.startswith(MMI_PREFIX):
+                    self._worker_input(
+                        peer, WorkerInput.READY_RESERVED, now, events, service=service
+                    )
+                else:
+                    self._worker_input(peer, _IN_READY, now, events, service=service)
+            elif command in _ADDRESSED:  # PARTIAL, FINAL, and a REQUEST a worker should not send
+                if not message.body:  # the layout first, as MDP/0.2's frames are checked
+                    rule = _ADDRESSED[command]
+                    self._worker_input(
+                        peer, WorkerInput.INVALID, now, events, reason="no body", rule=rule
+                    )
+                elif not mdp.is_valid_address(message.address):
+                    reason = "client address must be 1-255 bytes"
+                    self._worker_input(
+                        peer, WorkerInput.INVALID, now, events, reason=reason, rule="MDP-D-02"
+                    )
+                elif command is Command.REQUEST:
+                    self._worker_input(peer, WorkerInput.REQUEST, now, events)
+                else:
+                    input_ = _IN_FINAL if command is Command.FINAL else _IN_PARTIAL
+                    self._worker_reply(peer, input_, message.address, message.body, now, events)
+            else:
+                self._worker_input(peer, _NEUTRAL_WORKER_INPUT[command], now, events)
+        elif command not in _CLIENT_COMMANDS:
+            reason = f"{command.value} is not a client command"
+            events.append(ProtocolViolation(peer, "MDP-C-01", reason, "dropped", now))
+        elif not message.body:  # the layout first, as MDP/0.2's frames are checked
+            reason = f"client {command.value} needs a body of one frame or more"
+            events.append(
+                ProtocolViolation(peer, _CLIENT_COMMANDS[command], reason, "dropped", now)
+            )
+        elif not mdp.is_valid_service(message.service):
+            reason = "service name is not 1-255 printable ASCII bytes"
+            events.append(ProtocolViolation(peer, "MDP-D-01", reason, "dropped", now))
+        elif command is not Command.REQUEST:
+            reason = "PARTIAL/FINAL are broker-to-client commands"
+            events.append(ProtocolViolation(peer, "MDP-D-16", reason, "dropped", now))
+        else:
+            self._client_request(peer, message.service, tuple(message.body), now, events)
         return events
 
     def tick(self, now: float) -> list[BrokerEvent]:
@@ -803,11 +885,7 @@ class Broker:
             return
         input_ = _WORKER_INPUT_OF_CODE[code]
         if input_ is _IN_PARTIAL or input_ is _IN_FINAL:
-            worker = self._workers.get(peer)
-            request = None if worker is None else worker.request
-            if request is not None and request.client != frames[2]:
-                input_ = WorkerInput.FOREIGN_REPLY
-            self._worker_input(peer, input_, now, events, body=tuple(frames[4:]))
+            self._worker_reply(peer, input_, frames[2], tuple(frames[4:]), now, events)
         elif input_ is _IN_READY:
             service = frames[2]
             assert isinstance(service, bytes)  # validate_worker checked it
@@ -816,6 +894,22 @@ class Broker:
             self._worker_input(peer, input_, now, events, service=service)
         else:
             self._worker_input(peer, input_, now, events)
+
+    def _worker_reply(
+        self,
+        peer: bytes,
+        input_: WorkerInput,
+        address: BodyFrame,
+        body: Relayed,
+        now: float,
+        events: list[BrokerEvent],
+    ) -> None:
+        """A worker's PARTIAL or FINAL for the client at ``address`` (MDP-R-01, MDP-D-13)."""
+        worker = self._workers.get(peer)
+        request = None if worker is None else worker.request
+        if request is not None and request.client != address:
+            input_ = WorkerInput.FOREIGN_REPLY
+        self._worker_input(peer, input_, now, events, body=body)
 
     def _worker_input(
         self,
@@ -1024,13 +1118,19 @@ class Broker:
             reason = "PARTIAL/FINAL are broker-to-client commands"
             events.append(ProtocolViolation(peer, "MDP-D-16", reason, "dropped", now))
             return
+        service = frames[2]
+        assert isinstance(service, bytes)  # validate_client checked it
+        body = tuple(frames[3:])
+        self._client_request(peer, service, body, now, events)
+
+    def _client_request(
+        self, peer: bytes, service: bytes, body: Relayed, now: float, events: list[BrokerEvent]
+    ) -> None:
+        """A client's valid REQUEST: MMI, or queued and dispatched (MDP-S-02, MDP-A-03)."""
         if peer in self._clients:
             reason = "REQUEST while this client has one outstanding; the first stands"
             events.append(ProtocolViolation(peer, "MDP-S-02", reason, "dropped", now))
             return
-        service = frames[2]
-        assert isinstance(service, bytes)  # validate_client checked it
-        body = tuple(frames[3:])
         if service.startswith(MMI_PREFIX) and (peer not in self._traits or self._traits[peer].mmi):
             self._mmi(peer, service, body, now, events)  # FAM-04: only where the dialect has it
             return

@@ -191,7 +191,14 @@ class FamilyBroker:
             self._keys_of.setdefault((connection, peer), {})[key] = None
             self._maybe_done[key] = None  # a first message that was refused leaves nothing
             self.core.set_traits(key, self._traits_of(codec))
-        events = self.core.receive(key, codec.decode(message), now)
+        if codec.decode_command is None:
+            events = self.core.receive(key, codec.decode(message), now)
+        else:  # a dialect that decodes into the core's neutral commands
+            command = codec.decode_command(message)
+            if command is None:
+                events = self.core.receive(key, (), now)  # none of its commands: garbage
+            else:
+                events = self.core.command(key, command, now)
         self._note(events)
         return events
 

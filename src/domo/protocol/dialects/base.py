@@ -26,6 +26,7 @@ __all__ = [
     "UNKNOWN_COMMAND",
     "Capabilities",
     "Command",
+    "CoreCommand",
     "Dialect",
     "DialectCodec",
     "Role",
@@ -65,6 +66,24 @@ class Command(Enum):
     FINAL = "final"  # the last reply (REPLY in MDP/0.1)
     HEARTBEAT = "heartbeat"
     LEAVE = "leave"  # DISCONNECT, either way
+
+
+@dataclass(frozen=True, slots=True)
+class CoreCommand:
+    """One message of any dialect as the routing core takes it, without its frames
+    (``Broker.command``): who sends it, which command, and what it carries.
+
+    - ``service``: REGISTER's service, a client REQUEST's service.
+    - ``address``: a worker's PARTIAL or FINAL: the client it answers (as the broker gave it in
+      the REQUEST).
+    - ``body``: REQUEST, PARTIAL and FINAL: the frames of the body, relayed as they are.
+    """
+
+    role: Role
+    command: Command
+    service: bytes = b""
+    address: bytes = b""
+    body: Relayed = ()
 
 
 # The core's own form of each command, by the side of the peer it comes from or goes to: today
@@ -150,6 +169,11 @@ class DialectCodec:
       that names none (a worker's). The broker holds each (client, request key) as a client of
       its own, so the core's one-request-per-client rule (MDP-S-02) holds per key, and counts a
       client's keys against ``outstanding_per_client`` (FAM-05).
+    - ``decode_command(message)``: optional, in place of ``decode``: the message as the
+      neutral ``CoreCommand`` the routing core takes (``Broker.command``), or None for a message
+      that is none of the dialect's commands (the core then refuses it as it refuses garbage,
+      MDP-W-08, MDP-W-16). A dialect whose messages are not MDP/0.2-like frames need not
+      pretend they are; ``decode`` is still what ``registry.decode`` applies.
     - ``table``: the codec as data, one ``Translation`` per command each way (empty: none
       given; every dialect domo ships has one).
     - ``refuse(envelope, request_key)``: the dialect's answer to a request beyond
@@ -169,6 +193,7 @@ class DialectCodec:
     request_key: Callable[[Sequence[BodyFrame]], tuple[bytes, list[BodyFrame]] | None] | None = None
     refuse: Callable[[Relayed, bytes], Relayed | None] | None = None
     table: tuple[Translation, ...] = ()
+    decode_command: Callable[[Sequence[BodyFrame]], CoreCommand | None] | None = None
 
     def __post_init__(self) -> None:
         outstanding = self.capabilities.outstanding_per_client
