@@ -45,7 +45,7 @@ from types import MappingProxyType
 from typing import Any, Final, TypeAlias
 
 from . import mdp
-from .dialects.base import Command, CoreCommand, Role
+from .commands import Command, CoreCommand, Role
 from .dispatch import Dispatcher, RequestRecord, RequestState, ServiceRecord, WorkerRecord
 from .errors import LocalProtocolError, MalformedMessage
 from .events import (

@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import Enum
 
+from ..commands import CORE_CODES, Command, CoreCommand, Role
 from ..mdp import BodyFrame, Relayed
 
 __all__ = [
@@ -47,58 +48,6 @@ class Dialect(Enum):
     MDP02_REQ = "mdp02-req"
     MDP01 = "mdp01"
     MAJORTOMO = "majortomo"
-
-
-class Role(Enum):
-    """What a claimed message makes its sender."""
-
-    CLIENT = "client"
-    WORKER = "worker"
-
-
-class Command(Enum):
-    """The core's commands by what they do (``design.md`` section 7), whatever a dialect
-    calls them or however it frames them."""
-
-    REGISTER = "register"  # a worker offers a service (READY)
-    REQUEST = "request"  # a client asks; the broker hands it to a worker
-    PARTIAL = "partial"  # part of a reply
-    FINAL = "final"  # the last reply (REPLY in MDP/0.1)
-    HEARTBEAT = "heartbeat"
-    LEAVE = "leave"  # DISCONNECT, either way
-
-
-@dataclass(frozen=True, slots=True)
-class CoreCommand:
-    """One message of any dialect as the routing core takes it, without its frames
-    (``Broker.command``): who sends it, which command, and what it carries.
-
-    - ``service``: REGISTER's service, a client REQUEST's service.
-    - ``address``: a worker's PARTIAL or FINAL: the client it answers (as the broker gave it in
-      the REQUEST).
-    - ``body``: REQUEST, PARTIAL and FINAL: the frames of the body, relayed as they are.
-    """
-
-    role: Role
-    command: Command
-    service: bytes = b""
-    address: bytes = b""
-    body: Relayed = ()
-
-
-# The core's own form of each command, by the side of the peer it comes from or goes to: today
-# the routing core speaks MDP/0.2 (``specs/mdp-0.2.md``), so these are RFC 18's codes.
-CORE_CODES: dict[tuple[Role, Command], bytes] = {
-    (Role.WORKER, Command.REGISTER): b"\x01",
-    (Role.WORKER, Command.REQUEST): b"\x02",
-    (Role.WORKER, Command.PARTIAL): b"\x03",
-    (Role.WORKER, Command.FINAL): b"\x04",
-    (Role.WORKER, Command.HEARTBEAT): b"\x05",
-    (Role.WORKER, Command.LEAVE): b"\x06",
-    (Role.CLIENT, Command.REQUEST): b"\x01",
-    (Role.CLIENT, Command.PARTIAL): b"\x02",
-    (Role.CLIENT, Command.FINAL): b"\x03",
-}
 
 
 @dataclass(frozen=True, slots=True)
