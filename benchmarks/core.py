@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import cProfile
 import json
+import os
 import pstats
 import statistics
 import subprocess
@@ -330,7 +331,9 @@ def compare_with(rev: str, quick: bool, reps: int, rounds: int) -> None:
                 record_path = Path(tmp) / f"{name}-{round_}.json"
                 command = [pythons[name], str(script), "--reps", str(reps), "--json"]
                 command += [str(record_path), *(["--quick"] if quick else [])]
-                subprocess.run(command, check=True, capture_output=True, cwd=script.parent)
+                # The revision's own package, whatever PYTHONPATH points this checkout at.
+                env = None if name == "now" else {**os.environ, "PYTHONPATH": ""}
+                subprocess.run(command, check=True, capture_output=True, cwd=script.parent, env=env)
                 record = json.loads(record_path.read_text(encoding="utf-8"))
                 for result in record["results"]:
                     median = result["cpu"]["median_us"]
