@@ -18,21 +18,47 @@ Cases (times are CPU microseconds per operation; see ``_harness.py`` for how the
 Each timed body checks the messages it gets back (cheaply) so that a broken core fails here
 instead of printing a fast, meaningless number.
 
-Usage: ``python benchmarks/core.py [--quick] [--reps N] [--json FILE] [--profile]``.
-``--profile`` runs the broker cycle under cProfile and prints where the time goes.
+Usage: ``python benchmarks/core.py [--quick] [--reps N] [--json FILE] [--profile]
+[--family-profile] [--baseline REV [--rounds N]]``.
+``--profile`` runs the broker cycle under cProfile and prints where the time goes
+(``--family-profile``: the family broker's MDP/0.2 cycle).
+
+``--baseline REV`` compares this checkout with domo as of git revision ``REV`` in one run: this
+script runs in two child processes, one on this checkout and one on ``REV``'s package (the
+virtualenv ``benchmarks/brokers.py --baseline`` makes), alternating over ``--rounds`` rounds
+(default 5, ``--reps`` repetitions each) so that the machine's drift hits both alike; it prints
+both medians and their ratio per case. A revision that predates ``FamilyBroker`` runs the bare
+``Broker`` only: the family cycles are then compared with its bare cycle, which is what its
+``serve_broker`` ran. A revision before ``flushed`` (MDP-D-24) completes a request on its FINAL,
+so its cycle has no ``flushed`` call.
 """
 
 from __future__ import annotations
 
 import cProfile
+import json
+import os
 import pstats
+import statistics
+import subprocess
+import sys
+import tempfile
 from collections.abc import Callable
+from pathlib import Path
 
 from _harness import Case, measure, parser, report
 
 from domo.protocol import Broker, BrokerConfig, ClientSession, WorkerSession, mdp
-from domo.protocol.dialects import Dialect
-from domo.protocol.family import FamilyBroker, peer_key
+
+try:  # absent from a --baseline revision older than the dialects
+    from domo.protocol.dialects import Dialect
+    from domo.protocol.family import FamilyBroker, peer_key
+except ImportError:
+    FAMILY = False
+else:
+    FAMILY = True
+
+BARE_CYCLE = "broker: request cycle, 100 workers, 10 services"
 
 BODY = (b"0123456789abcdef",)  # one 16-byte frame
 WORKERS, SERVICES, CLIENTS = 100, 10, 1000
@@ -68,9 +94,9 @@ def broker_cycle(cycles: int, family: bool = False, dialect: bool = False) -> Ca
     def setup() -> Callable[[], None]:
         core = _broker_with_workers(WORKERS)
         broker: Broker | FamilyBroker = core
-        layered = FamilyBroker(core.config)
-        layered.core = core  # the same registered workers, behind the family layer
         if family:
+            layered = FamilyBroker(core.config)
+            layered.core = core  # the same registered workers, behind the family layer
             broker = layered
         plan = []
         for index in range(cycles):
@@ -102,6 +128,21 @@ def broker_cycle(cycles: int, family: bool = False, dialect: bool = False) -> Ca
             if core.requests():
                 raise AssertionError("requests left outstanding")
 
+        def body_before_flushed() -> None:
+            # A --baseline revision before MDP-D-24: the FINAL completes the request.
+            now = 1.0
+            take = core.take_outgoing
+            for client, _, request, final in plan:
+                now += STEP
+                receive(client, request, now)
+                [(worker, _)] = take()
+                receive(worker, final, now)
+                [(to, reply)] = take()
+                if to != client or reply[1] != reply_code:
+                    raise AssertionError(f"unexpected reply {reply!r} to {to!r}")
+            if core.requests():
+                raise AssertionError("requests left outstanding")
+
         def family_body() -> None:
             # FamilyBroker's outbox: (connection, routing id, frames), each on connection 0.
             now = 1.0
@@ -119,9 +160,11 @@ def broker_cycle(cycles: int, family: bool = False, dialect: bool = False) -> Ca
             if core.requests():
                 raise AssertionError("requests left outstanding")
 
-        return family_body if family else body
+        if family:
+            return family_body
+        return body if hasattr(core, "flushed") else body_before_flushed
 
-    name = "broker: request cycle, 100 workers, 10 services"
+    name = BARE_CYCLE
     if family:
         name = "family broker: request cycle, " + ("MDP/0.1 REQ clients" if dialect else "MDP/0.2")
     return Case(name, "cycle", cycles, setup)
@@ -252,10 +295,10 @@ def client_request_final(cycles: int) -> Case:
 def cases(quick: bool) -> list[Case]:
     """Every case, sized for a full run or a quick one."""
     scale = 2_000 if quick else 50_000
+    family = [broker_cycle(scale, family=True), broker_cycle(scale, family=True, dialect=True)]
     return [
         broker_cycle(scale),
-        broker_cycle(scale, family=True),
-        broker_cycle(scale, family=True, dialect=True),
+        *(family if FAMILY else []),
         broker_tick_idle(scale),
         broker_heartbeat_round(),
         worker_request_final(scale),
@@ -264,24 +307,66 @@ def cases(quick: bool) -> list[Case]:
     ]
 
 
-def profile(cycles: int) -> None:
+def profile(cycles: int, family: bool = False) -> None:
     """Print the functions where the broker cycle spends its time."""
-    body = broker_cycle(cycles).setup()
+    body = broker_cycle(cycles, family=family).setup()
     profiler = cProfile.Profile()
     profiler.runcall(body)
     stats = pstats.Stats(profiler)
     stats.sort_stats("tottime").print_stats(20)
 
 
+def compare_with(rev: str, quick: bool, reps: int, rounds: int) -> None:
+    """Run this script on this checkout and on ``rev``'s domo, alternating; print the ratios."""
+    from brokers import baseline_python  # the virtualenv of domo as of ``rev``
+
+    before, sha = baseline_python(rev)
+    pythons = {"now": sys.executable, sha: before}
+    samples: dict[str, dict[str, list[float]]] = {name: {} for name in pythons}
+    script = Path(__file__).resolve()
+    with tempfile.TemporaryDirectory() as tmp:
+        for round_ in range(rounds):
+            order = list(pythons) if round_ % 2 == 0 else list(reversed(pythons))
+            for name in order:
+                record_path = Path(tmp) / f"{name}-{round_}.json"
+                command = [pythons[name], str(script), "--reps", str(reps), "--json"]
+                command += [str(record_path), *(["--quick"] if quick else [])]
+                # The revision's own package, whatever PYTHONPATH points this checkout at.
+                env = None if name == "now" else {**os.environ, "PYTHONPATH": ""}
+                subprocess.run(command, check=True, capture_output=True, cwd=script.parent, env=env)
+                record = json.loads(record_path.read_text(encoding="utf-8"))
+                for result in record["results"]:
+                    median = result["cpu"]["median_us"]
+                    samples[name].setdefault(result["name"], []).append(median)
+            print(f"round {round_ + 1}/{rounds} done", file=sys.stderr, flush=True)
+    now, then = samples["now"], samples[sha]
+    width = max(map(len, now))
+    print(f"{'benchmark':<{width}}  {'now us':>8}  {sha + ' us':>14}  ratio  (medians of rounds)")
+    for name, values in now.items():
+        anchor = then.get(name) or (then.get(BARE_CYCLE) if "request cycle" in name else None)
+        if anchor is None:
+            continue
+        mine, theirs = statistics.median(values), statistics.median(anchor)
+        print(f"{name:<{width}}  {mine:8.3f}  {theirs:14.3f}  {mine / theirs:5.2f}")
+
+
 def main() -> None:
     """Run every case and print the table."""
     args_parser = parser(__doc__.split("\n")[0] if __doc__ else "core benchmarks")
     args_parser.add_argument("--profile", action="store_true", help="profile the broker cycle")
+    args_parser.add_argument(
+        "--family-profile", action="store_true", help="profile the family broker's MDP/0.2 cycle"
+    )
+    args_parser.add_argument("--baseline", metavar="REV", help="also run domo as of REV")
+    args_parser.add_argument("--rounds", type=int, default=5, help="--baseline: rounds")
     args = args_parser.parse_args()
-    if args.profile:
-        profile(2_000 if args.quick else 50_000)
+    if args.profile or args.family_profile:
+        profile(2_000 if args.quick else 50_000, family=args.family_profile)
         return
     reps = args.reps if args.reps is not None else (3 if args.quick else 15)
+    if args.baseline:
+        compare_with(args.baseline, args.quick, args.reps or 3, args.rounds)
+        return
     results = [measure(case, reps) for case in cases(args.quick)]
     report("benchmarks/core.py", results, args)
 

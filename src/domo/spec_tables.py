@@ -1,4 +1,5 @@
-"""Render the core's three transition tables as Markdown, for ``specs/mdp-0.2.md``.
+"""Render the core's three transition tables as Markdown, for ``specs/mdp-0.2.md``, and each
+dialect's codec table (``DialectCodec.table``) for its own spec.
 
 The tables are data in the code (``broker.WORKER_TRANSITIONS``,
 ``worker.WORKER_SESSION_TRANSITIONS``, ``client.CLIENT_SESSION_TRANSITIONS``); the spec shows the
@@ -9,6 +10,11 @@ to a table must come with a regenerated spec:
     python -m domo.spec_tables                              # print the block
     python -m domo.spec_tables --write specs/mdp-0.2.md     # replace it in the spec
     python -m domo.spec_tables --check specs/mdp-0.2.md     # exit 1 if the spec is stale
+
+A dialect's table goes between ``<!-- dialect-table:begin -->`` and ``<!-- dialect-table:end -->``
+in the spec ``DIALECT_SPECS`` names for it; ``--dialects`` makes the command work on that block:
+
+    python -m domo.spec_tables --dialects --write specs/mdp-0.1.md
 
 This lives beside ``domo.protocol`` rather than in it: ``domo.protocol`` is the sans-IO core,
 whose imports a test restricts, while this is a documentation tool whose command reads and
@@ -26,13 +32,21 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, Protocol
 
-from .protocol.broker import WORKER_TRANSITIONS, Action, PeerState, WorkerInput
+from .protocol.broker import (
+    WORKER_TRANSITIONS,
+    Action,
+    PeerState,
+    PeerTraits,
+    WorkerInput,
+    worker_transitions_for,
+)
 from .protocol.client import (
     CLIENT_SESSION_TRANSITIONS,
     ClientAction,
     ClientSessionInput,
     ClientState,
 )
+from .protocol.dialects import REGISTRY, DialectCodec, Translation
 from .protocol.worker import (
     WORKER_SESSION_TRANSITIONS,
     WorkerAction,
@@ -42,19 +56,34 @@ from .protocol.worker import (
 
 __all__ = [
     "BEGIN",
+    "DIALECT_BEGIN",
+    "DIALECT_END",
+    "DIALECT_SPECS",
     "END",
     "MACHINES",
     "Machine",
     "TableCell",
     "extract_block",
     "main",
+    "render_amendments",
     "render_block",
+    "render_dialect",
+    "render_dialect_block",
     "render_machine",
     "replace_block",
 ]
 
 BEGIN = "<!-- tables:begin -->"
 END = "<!-- tables:end -->"
+DIALECT_BEGIN = "<!-- dialect-table:begin -->"
+DIALECT_END = "<!-- dialect-table:end -->"
+# Which dialects' tables each spec shows (by ``Dialect`` value), in order.
+DIALECT_SPECS: dict[str, tuple[str, ...]] = {
+    "family.md": ("mdp02",),
+    "mdp-0.1.md": ("mdp01",),
+    "majortomo.md": ("majortomo",),
+    "reqrep.md": ("mdp02-req",),
+}
 UNCHANGED = "—"
 
 
@@ -187,27 +216,125 @@ def render_block(machines: Sequence[Machine] = MACHINES) -> str:
     return "\n".join(render_machine(m) for m in machines)
 
 
-def extract_block(text: str) -> str:
+def _frame_text(frame: bytes) -> str:
+    if not frame:
+        return '`""`'
+    if frame.isascii() and frame.decode().isalnum() and len(frame) > 1:
+        return f'`"{frame.decode()}"`'
+    return " ".join(f"0x{byte:02x}" for byte in frame)
+
+
+def _translation_row(row: Translation) -> list[str]:
+    starts = "not sent" if row.frames is None else ", ".join(map(_frame_text, row.frames))
+    return [
+        row.role.value,
+        "in" if row.inbound else "out",
+        starts,
+        f"`{row.command.value}`",
+        row.rule,
+    ]
+
+
+def render_dialect(codec: DialectCodec) -> str:
+    """One dialect's codec table: each message of the dialect and the core command it is."""
+    lines = [
+        f"### Codec table: `{codec.dialect.value}`",
+        "",
+        textwrap.fill(
+            "Generated from the dialect's `DialectCodec.table` by `domo.spec_tables`; "
+            "`tests/protocol/test_dialect_tables.py` runs every row through the codec. *in*: "
+            "from the dialect's peer, decoded into the core command; *out*: the core command, "
+            "encoded for the peer. *message starts*: its frames up to its command, as the peer "
+            "sees them with no envelope; the command's frames follow.",
+            width=100,
+            break_on_hyphens=False,
+        ),
+        "",
+        _row(["side", "way", "message starts", "core command", "rule"]),
+        _row(["---"] * 5),
+    ]
+    lines += [_row(_translation_row(row)) for row in codec.table]
+    return "\n".join(lines) + "\n"
+
+
+# One trait off at a time: the cells of the broker's worker table it changes (specs/family.md).
+TRAITS_OFF: tuple[tuple[str, PeerTraits], ...] = (
+    ("broker_heartbeats", PeerTraits(heartbeats_sent=False)),
+    ("worker_heartbeats", PeerTraits(heartbeats_expected=False)),
+    ("disconnect", PeerTraits(disconnect=False)),
+)
+
+
+def render_amendments() -> str:
+    """The cells of ``WORKER_TRANSITIONS`` a dialect's capabilities change, per capability."""
+    lines = [
+        "### The broker's worker table, per dialect",
+        "",
+        textwrap.fill(
+            "A dialect's peers follow `domo.protocol.broker.worker_transitions_for(traits)`: "
+            "MDP/0.2's table (`specs/mdp-0.2.md`) with the cells below changed when the "
+            "capability is false; the other cells are MDP/0.2's. Generated by "
+            "`domo.spec_tables`.",
+            width=100,
+            break_on_hyphens=False,
+        ),
+        "",
+        _row(["capability false", "state", "input", "MDP/0.2's actions", "its actions", "by"]),
+        _row(["---"] * 6),
+    ]
+    for name, traits in TRAITS_OFF:
+        table = worker_transitions_for(traits)
+        for state in PeerState:
+            for input_ in WorkerInput:
+                cell = table[state, input_]
+                if cell.amended_by is None:
+                    continue
+                before = WORKER_TRANSITIONS[state, input_]
+                lines.append(
+                    _row(
+                        [
+                            f"`{name}`",
+                            state.name,
+                            str(input_.value),
+                            ", ".join(f"`{a.name}`" for a in before.actions),
+                            ", ".join(f"`{a.name}`" for a in cell.actions) or "nothing",
+                            cell.amended_by,
+                        ]
+                    )
+                )
+    return "\n".join(lines) + "\n"
+
+
+def render_dialect_block(spec_name: str) -> str:
+    """What goes between the dialect markers of ``specs/<spec_name>``."""
+    by_value = {str(codec.dialect.value): codec for codec in REGISTRY.codecs}
+    parts = [render_dialect(by_value[value]) for value in DIALECT_SPECS[spec_name]]
+    if spec_name == "family.md":  # the family's own table: what capabilities change
+        parts.append(render_amendments())
+    return "\n".join(parts)
+
+
+def extract_block(text: str, begin: str = BEGIN, end: str = END) -> str:
     """The text between the markers of ``text``, without the blank lines around it."""
-    start, end = _marker_span(text)
-    inner = text[start:end].strip("\n")
+    start, stop = _marker_span(text, begin, end)
+    inner = text[start:stop].strip("\n")
     return inner + "\n" if inner else ""
 
 
-def replace_block(text: str, block: str) -> str:
+def replace_block(text: str, block: str, begin: str = BEGIN, end: str = END) -> str:
     """``text`` with the part between its markers replaced by ``block`` (blank lines around)."""
-    start, end = _marker_span(text)
-    return text[:start] + "\n\n" + block.strip("\n") + "\n\n" + text[end:]
+    start, stop = _marker_span(text, begin, end)
+    return text[:start] + "\n\n" + block.strip("\n") + "\n\n" + text[stop:]
 
 
-def _marker_span(text: str) -> tuple[int, int]:
-    if text.count(BEGIN) != 1 or text.count(END) != 1:
-        raise ValueError(f"expected exactly one {BEGIN!r} and one {END!r}")
-    start = text.index(BEGIN) + len(BEGIN)
-    end = text.index(END)
-    if end < start:
-        raise ValueError(f"{END!r} comes before {BEGIN!r}")
-    return start, end
+def _marker_span(text: str, begin: str = BEGIN, end: str = END) -> tuple[int, int]:
+    if text.count(begin) != 1 or text.count(end) != 1:
+        raise ValueError(f"expected exactly one {begin!r} and one {end!r}")
+    start = text.index(begin) + len(begin)
+    stop = text.index(end)
+    if stop < start:
+        raise ValueError(f"{end!r} comes before {begin!r}")
+    return start, stop
 
 
 # --- the command ------------------------------------------------------------------------------
@@ -221,20 +348,33 @@ def main(argv: Sequence[str] | None = None, out: Callable[[str], None] = print) 
     group = parser.add_mutually_exclusive_group()
     group.add_argument("--write", type=Path, metavar="FILE", help="replace the block in FILE")
     group.add_argument("--check", type=Path, metavar="FILE", help="exit 1 if FILE is stale")
+    parser.add_argument(
+        "--dialects", action="store_true", help="the dialect codec tables of FILE (DIALECT_SPECS)"
+    )
     args = parser.parse_args(argv)
-    block = render_block()
     path: Path | None = args.write or args.check
+    markers = (DIALECT_BEGIN, DIALECT_END) if args.dialects else (BEGIN, END)
+    if args.dialects:
+        if path is None or path.name not in DIALECT_SPECS:
+            parser.error(f"--dialects needs --write or --check with one of {sorted(DIALECT_SPECS)}")
+        block = render_dialect_block(path.name)
+    else:
+        block = render_block()
     if path is None:
         out(block.rstrip("\n"))
         return 0
     text = path.read_text(encoding="utf-8")
+    flag = " --dialects" if args.dialects else ""
     if args.check:
-        if extract_block(text) == block:
+        if extract_block(text, *markers) == block:
             out(f"{path}: tables up to date")
             return 0
-        out(f"{path}: tables differ from the code; run python -m domo.spec_tables --write {path}")
+        out(
+            f"{path}: tables differ from the code; "
+            f"run python -m domo.spec_tables{flag} --write {path}"
+        )
         return 1
-    updated = replace_block(text, block)
+    updated = replace_block(text, block, *markers)
     if updated == text:
         out(f"{path}: tables up to date")
     else:

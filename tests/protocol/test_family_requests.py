@@ -5,7 +5,8 @@ test plays one, ``tagged``, registered in a broker's own ``Registry``: a client 
 ``"", "TAGC01", tag, service, body...`` and gets ``"", "TAGC01", tag, code, service, body...``.
 Its codec says ``outstanding_per_client=None`` and gives a ``request_key`` (the tag), so the
 broker holds each (client, tag) as a client of its own: MDP-S-02's one request per client holds
-per tag, and two requests of one client are outstanding, served and answered at once.
+per tag, and two requests of one client are outstanding, served and answered at once. With a
+bound of 2 instead (``bounded_broker``), a third is refused (FAM-05).
 """
 
 from __future__ import annotations
@@ -137,11 +138,98 @@ def test_one_request_per_key_and_the_client_gone_takes_every_key() -> None:
 
 
 def test_a_keyed_dialect_is_declared_consistently() -> None:
-    """Several requests per client need a request key; a key without them is a mistake, and a
-    bound above 1 is refused (the broker does not count a client's keys)."""
+    """FAM-06: several requests per client (None or a bound above 1) need a request key, a
+    key with a bound of 1 is a mistake, and a bound below 1 means nothing."""
     unbounded = TAGGED.capabilities
     with pytest.raises(ValueError, match="need a request_key"):
         DialectCodec(Tagged.TAGGED, unbounded, _claims, _decode, _encode)
     bounded = dataclasses.replace(unbounded, outstanding_per_client=4)
-    with pytest.raises(ValueError, match="1 \\(no key\\) or None"):
-        DialectCodec(Tagged.TAGGED, bounded, _claims, _decode, _encode, request_key=_request_key)
+    with pytest.raises(ValueError, match="need a request_key"):
+        DialectCodec(Tagged.TAGGED, bounded, _claims, _decode, _encode)
+    DialectCodec(Tagged.TAGGED, bounded, _claims, _decode, _encode, request_key=_request_key)
+    single = dataclasses.replace(unbounded, outstanding_per_client=1)
+    with pytest.raises(ValueError, match="needs no request_key"):
+        DialectCodec(Tagged.TAGGED, single, _claims, _decode, _encode, request_key=_request_key)
+    none = dataclasses.replace(unbounded, outstanding_per_client=0)
+    with pytest.raises(ValueError, match=">= 1 or None"):
+        DialectCodec(Tagged.TAGGED, none, _claims, _decode, _encode, request_key=_request_key)
+
+
+def _refuse(envelope: Relayed, request_key: bytes) -> Relayed:
+    return (*envelope, b"", TAGC01, request_key, b"BUSY")
+
+
+def bounded_broker(refuse: bool) -> FamilyBroker:
+    capabilities = dataclasses.replace(TAGGED.capabilities, outstanding_per_client=2)
+    codec = dataclasses.replace(
+        TAGGED, capabilities=capabilities, refuse=_refuse if refuse else None
+    )
+    made = FamilyBroker(CONFIG, Registry((*DETECTION_ORDER, codec)))
+    made.receive(b"W1", [W02, b"\x01", b"echo"], 0.0)
+    return made
+
+
+def tagged(tag: bytes, body: bytes) -> list[BodyFrame]:
+    return [b"", TAGC01, tag, b"echo", body]
+
+
+def test_a_request_beyond_the_bound_is_refused_with_the_dialects_answer() -> None:
+    """FAM-05: with a bound of 2, a third key is refused (a violation, the dialect's answer
+    after the core's messages); the same key asked again is refused again; once one request is
+    done and its FINAL flushed, a new key is accepted. Another client has a bound of its own."""
+    made = bounded_broker(refuse=True)
+    key = {tag: peer_key(b"C", (), Tagged.TAGGED, 0, tag) for tag in (b"a", b"b", b"c", b"d")}
+    made.receive(b"C", tagged(b"a", b"1"), 0.1)
+    made.receive(b"C", tagged(b"b", b"2"), 0.2)  # queued: one worker
+    events = made.receive(b"C", tagged(b"c", b"3"), 0.3)
+    assert len(events) == 1
+    assert isinstance(events[0], ProtocolViolation)
+    assert (events[0].peer, events[0].rule, events[0].action) == (key[b"c"], "FAM-05", "dropped")
+    assert made.receive(b"D", tagged(b"x", b"other client"), 0.3)  # its own bound
+    assert out(made) == [
+        (b"W1", (W02, b"\x02", key[b"a"], b"", b"1")),
+        (b"C", (b"", TAGC01, b"c", b"BUSY")),
+    ]
+    assert {r.client for r in made.core.requests()} == {
+        key[b"a"],
+        key[b"b"],
+        peer_key(b"D", (), Tagged.TAGGED, 0, b"x"),
+    }
+    again = made.receive(b"C", tagged(b"c", b"3"), 0.4)
+    assert [e.rule for e in again if isinstance(e, ProtocolViolation)] == ["FAM-05"]
+    assert out(made) == [(b"C", (b"", TAGC01, b"c", b"BUSY"))]
+    # The FINAL for a is taken but not yet flushed: a is still held, d is refused.
+    made.receive(b"W1", [W02, b"\x04", key[b"a"], b"", b"A"], 0.5)
+    taken = made.take_outgoing()
+    refused = made.receive(b"C", tagged(b"d", b"4"), 0.5)
+    assert [e.rule for e in refused if isinstance(e, ProtocolViolation)] == ["FAM-05"]
+    assert [type(e) for e in made.flushed()] == [RequestCompleted]
+    assert [frames[-1] for _, _, frames in taken] == [b"A", b"2"]  # a's FINAL, b dispatched
+    out(made)  # the refusal of d
+    assert made.receive(b"C", tagged(b"d", b"4"), 0.6)  # accepted now
+    assert key[b"d"] in {r.client for r in made.core.requests()}
+
+
+def test_a_dialect_without_an_answer_refuses_in_silence() -> None:
+    """FAM-05 with no ``refuse``: the violation, nothing sent."""
+    made = bounded_broker(refuse=False)
+    made.receive(b"C", tagged(b"a", b"1"), 0.1)
+    made.receive(b"C", tagged(b"b", b"2"), 0.2)
+    events = made.receive(b"C", tagged(b"c", b"3"), 0.3)
+    assert [e.rule for e in events if isinstance(e, ProtocolViolation)] == ["FAM-05"]
+    assert [peer for peer, _ in out(made)] == [b"W1"]
+
+
+def test_a_refusal_the_runtime_could_not_send_blames_no_request() -> None:
+    """FAM-05, MDP-D-24: a refusal that failed to go out (its index in the outbox) does not
+    drop the client's requests held by the core, whose messages went before it."""
+    made = bounded_broker(refuse=True)
+    made.receive(b"C", tagged(b"a", b"1"), 0.1)
+    made.receive(b"C", tagged(b"b", b"2"), 0.2)
+    made.receive(b"C", tagged(b"c", b"3"), 0.3)
+    taken = made.take_outgoing()
+    assert [peer for _, peer, _ in taken] == [b"W1", b"C"]
+    events = made.peer_congested(b"C", 0.4, unsent=1)
+    assert not [e for e in events if isinstance(e, RequestDropped)]
+    made.flushed()
+    assert len(made.core.requests()) == 2

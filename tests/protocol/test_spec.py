@@ -1,7 +1,8 @@
 """The specs, the code and the tests agree: specs/*.md are checked, not just written.
 
 specs/mdp-0.2.md gets every check below; the dialect specs (specs/mdp-0.1.md, majortomo.md,
-reqrep.md, with ids like ``MDP01-05``, ``MAJ-03``, ``REQREP-01``) get the citation checks.
+reqrep.md, with ids like ``MDP01-05``, ``MAJ-03``, ``REQREP-01``) and the family core's
+(specs/family.md, ``FAM-01``) get the citation checks.
 
 - The transition tables in the spec are exactly what ``domo.spec_tables`` renders from the code.
 - Every rule the spec defines is cited by some test (a rule nobody tests is a rule nobody keeps).
@@ -39,8 +40,9 @@ DIALECT_SPECS = {
     "dcp-v1.md": "DCP",
     "emqp-1.0.md": "EMQP",
     "memo01.md": "MEMO",
+    "family.md": "FAM",
 }
-DIALECT_RULE_ID = re.compile(r"\b(?:MDP01|MAJ|REQREP|DCP|EMQP|MEMO)-\d\d\b")
+DIALECT_RULE_ID = re.compile(r"\b(?:MDP01|MAJ|REQREP|DCP|EMQP|MEMO|FAM)-\d\d\b")
 
 
 def dialect_rules(name: str) -> list[str]:

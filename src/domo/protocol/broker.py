@@ -41,9 +41,11 @@ from bisect import bisect_left
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
+from types import MappingProxyType
 from typing import Any, Final, TypeAlias
 
 from . import mdp
+from .commands import Command, CoreCommand, Role
 from .dispatch import Dispatcher, RequestRecord, RequestState, ServiceRecord, WorkerRecord
 from .errors import LocalProtocolError, MalformedMessage
 from .events import (
@@ -74,11 +76,13 @@ __all__ = [
     "Broker",
     "BrokerConfig",
     "PeerState",
+    "PeerTraits",
     "RequestView",
     "ServiceView",
     "Transition",
     "WorkerInput",
     "WorkerView",
+    "worker_transitions_for",
 ]
 
 MMI_PREFIX: Final = b"mmi."
@@ -132,6 +136,29 @@ class BrokerConfig:
     def expiry_span(self) -> float:
         """Silence after which a peer is dead: ``liveness * heartbeat_interval``."""
         return self.liveness * self.heartbeat_interval
+
+
+@dataclass(frozen=True, slots=True)
+class PeerTraits:
+    """What the core may expect of one peer and send it, where it differs from MDP/0.2.
+
+    A peer has MDP/0.2's traits (every field True) unless ``Broker.set_traits`` gave it others;
+    ``FamilyBroker`` gives each peer its dialect's (``dialects.Capabilities``,
+    ``specs/family.md``).
+
+    - ``heartbeats_expected``: the peer heartbeats as a worker, so a silent one expires
+      (MDP-H-05); otherwise it is never expired for silence (FAM-02).
+    - ``heartbeats_sent``: the broker sends it HEARTBEAT (MDP-H-04); otherwise never (FAM-01).
+    - ``disconnect``: the broker may send it DISCONNECT; otherwise it is dropped without one,
+      and the events say no DISCONNECT was sent (FAM-03).
+    - ``mmi``: its ``mmi.*`` requests are answered by the broker (MDP-M-01); otherwise such a
+      name is a service like any other (FAM-04).
+    """
+
+    heartbeats_expected: bool = True
+    heartbeats_sent: bool = True
+    disconnect: bool = True
+    mmi: bool = True
 
 
 # --- the worker-side transition table ---------------------------------------------------------
@@ -188,12 +215,17 @@ class Action(Enum):
 
 @dataclass(frozen=True, slots=True)
 class Transition:
-    """One cell of the table: the state after, the actions, and the rule that decides it."""
+    """One cell of the table: the state after, the actions, and the rule that decides it.
+
+    ``amended_by``: in a dialect's table (``worker_transitions_for``), the rules that changed
+    the cell from MDP/0.2's (``FAM-01``...), or None where it is MDP/0.2's.
+    """
 
     next_state: PeerState
     actions: tuple[Action, ...]
     rule: str
     violation: bool = False
+    amended_by: str | None = None
 
 
 def _build_worker_transitions() -> dict[tuple[PeerState, WorkerInput], Transition]:
@@ -259,6 +291,47 @@ WORKER_TRANSITIONS: Final[Mapping[tuple[PeerState, WorkerInput], Transition]] = 
     _build_worker_transitions()
 )
 
+
+def worker_transitions_for(
+    traits: PeerTraits,
+) -> Mapping[tuple[PeerState, WorkerInput], Transition]:
+    """``WORKER_TRANSITIONS`` as it holds for a peer with ``traits`` (``specs/family.md``).
+
+    Without DISCONNECT, a cell that sends it only unregisters and silences (FAM-03); without
+    broker heartbeats, ``heartbeat due`` sends nothing (FAM-01); without worker heartbeats, a
+    registered worker's ``liveness expired`` changes nothing (FAM-02; its timer never says so).
+    Each changed cell names the rules in ``amended_by``. Pure: the same traits, the same table.
+    """
+    if traits == PeerTraits():
+        return WORKER_TRANSITIONS
+    table = dict(WORKER_TRANSITIONS)
+    for (state, input_), cell in WORKER_TRANSITIONS.items():
+        after, actions, amended = cell.next_state, cell.actions, []
+        if not traits.disconnect and Action.SEND_DISCONNECT in actions:
+            actions = tuple(a for a in actions if a is not Action.SEND_DISCONNECT)
+            amended.append("FAM-03")
+        if not traits.heartbeats_sent and Action.SEND_HEARTBEAT in actions:
+            actions = tuple(a for a in actions if a is not Action.SEND_HEARTBEAT)
+            amended.append("FAM-01")
+        if not traits.heartbeats_expected and input_ is WorkerInput.EXPIRED and actions:
+            after, actions = state, ()
+            amended.append("FAM-02")
+        if amended:
+            amendment = ", ".join(amended)
+            table[state, input_] = Transition(after, actions, cell.rule, cell.violation, amendment)
+    return MappingProxyType(table)
+
+
+# The members the request cycle names, as globals: on Python 3.11 ``Enum.MEMBER`` goes through
+# ``EnumType.__getattr__`` (about 90 ns, which the interpreter cannot cache) and a cycle names a
+# dozen of them; a global costs a tenth of that.
+_IDLE, _BUSY = PeerState.IDLE, PeerState.BUSY
+_SILENCED, _UNKNOWN = PeerState.SILENCED, PeerState.UNKNOWN
+_IN_PARTIAL, _IN_FINAL, _IN_READY = WorkerInput.PARTIAL, WorkerInput.FINAL, WorkerInput.READY
+_REFRESH, _FORWARD_PARTIAL = Action.REFRESH, Action.FORWARD_PARTIAL
+_FORWARD_FINAL, _REGISTER = Action.FORWARD_FINAL, Action.REGISTER
+_QUEUED = RequestState.QUEUED
+
 # Why a registered worker leaves, by the input that removed it.
 _DISCONNECT_REASONS: Final[dict[WorkerInput, DisconnectReason]] = {
     WorkerInput.READY: "unexpected-command",
@@ -281,6 +354,24 @@ _VIOLATION_REASONS: Final[dict[WorkerInput, str]] = {
     WorkerInput.FINAL: "FINAL from a worker with no request",
     WorkerInput.FOREIGN_REPLY: "PARTIAL/FINAL for a client other than the current request's",
     WorkerInput.REQUEST: "REQUEST is a broker-to-worker command",
+}
+
+# What a worker's other neutral commands are to the worker table (``Broker.command``).
+_NEUTRAL_WORKER_INPUT: Final = {
+    Command.HEARTBEAT: WorkerInput.HEARTBEAT,
+    Command.LEAVE: WorkerInput.DISCONNECT,
+}
+# A client's commands, and the rule for one without a body (MDP-C-01..03).
+_CLIENT_COMMANDS: Final = {
+    Command.REQUEST: "MDP-C-01",
+    Command.PARTIAL: "MDP-C-02",
+    Command.FINAL: "MDP-C-03",
+}
+# A worker's commands that name a client and carry a body, and the rule for one without a body.
+_ADDRESSED: Final = {
+    Command.REQUEST: "MDP-W-02",
+    Command.PARTIAL: "MDP-W-03",
+    Command.FINAL: "MDP-W-04",
 }
 
 _WORKER_INPUT_OF_CODE: Final = {
@@ -349,6 +440,8 @@ class _Silence:
         self.timer_at = until
 
 
+_MDP02_TRAITS: Final = PeerTraits()
+
 _WORKER_TIMER: Final = 0
 _SILENCE_TIMER: Final = 1
 _QUEUE_TIMER: Final = 2
@@ -375,6 +468,8 @@ class Broker:
         self._workers: dict[bytes, WorkerRecord] = {}
         self._silenced: dict[bytes, _Silence] = {}
         self._clients: dict[bytes, RequestRecord] = {}  # peer -> its outstanding request
+        self._traits: dict[bytes, PeerTraits] = {}  # peers whose traits are not MDP/0.2's
+        self._tables: dict[PeerTraits, Mapping[tuple[PeerState, WorkerInput], Transition]] = {}
         self._timers: DeadlineHeap[tuple[int, Any]] = DeadlineHeap()
         self._outbox: list[tuple[bytes, Relayed]] = []
         # Client replies not yet confirmed by ``flushed`` (MDP-D-24), by *sequence number*: the
@@ -418,6 +513,69 @@ class Broker:
             events.append(
                 ProtocolViolation(peer, "MDP-W-08", "unknown protocol header", "dropped", now)
             )
+        return events
+
+    def command(self, peer: bytes, message: CoreCommand, now: float) -> list[BrokerEvent]:
+        """Handle one neutral command from ``peer`` (``design.md`` section 7): what a message
+        of any dialect means, with no frames to parse. ``receive`` is MDP/0.2's frames decoded
+        into the same steps, so the two agree on every valid message
+        (``tests/protocol/test_broker_command.py``).
+
+        What a message's frames would have had checked is checked here: a service name
+        (MDP-D-01), a reply's client address (MDP-D-02), a body of one frame or more
+        (MDP-C-01, MDP-W-03, MDP-W-04); a command the sender's side has no business sending is
+        MDP/0.2's violation for it (MDP-W-15, MDP-D-16, MDP-C-01).
+        """
+        events = self._advance(now)
+        command = message.command
+        if message.role is Role.WORKER:
+            if command is Command.REGISTER:
+                service = message.service
+                if not mdp.is_valid_service(service):
+                    reason = "service name is not 1-255 printable ASCII bytes"
+                    self._worker_input(
+                        peer, WorkerInput.INVALID, now, events, reason=reason, rule="MDP-D-01"
+                    )
+                elif service.startswith(MMI_PREFIX):
+                    self._worker_input(
+                        peer, WorkerInput.READY_RESERVED, now, events, service=service
+                    )
+                else:
+                    self._worker_input(peer, _IN_READY, now, events, service=service)
+            elif command in _ADDRESSED:  # PARTIAL, FINAL, and a REQUEST a worker should not send
+                if not message.body:  # the layout first, as MDP/0.2's frames are checked
+                    rule = _ADDRESSED[command]
+                    self._worker_input(
+                        peer, WorkerInput.INVALID, now, events, reason="no body", rule=rule
+                    )
+                elif not mdp.is_valid_address(message.address):
+                    reason = "client address must be 1-255 bytes"
+                    self._worker_input(
+                        peer, WorkerInput.INVALID, now, events, reason=reason, rule="MDP-D-02"
+                    )
+                elif command is Command.REQUEST:
+                    self._worker_input(peer, WorkerInput.REQUEST, now, events)
+                else:
+                    input_ = _IN_FINAL if command is Command.FINAL else _IN_PARTIAL
+                    self._worker_reply(peer, input_, message.address, message.body, now, events)
+            else:
+                self._worker_input(peer, _NEUTRAL_WORKER_INPUT[command], now, events)
+        elif command not in _CLIENT_COMMANDS:
+            reason = f"{command.value} is not a client command"
+            events.append(ProtocolViolation(peer, "MDP-C-01", reason, "dropped", now))
+        elif not message.body:  # the layout first, as MDP/0.2's frames are checked
+            reason = f"client {command.value} needs a body of one frame or more"
+            events.append(
+                ProtocolViolation(peer, _CLIENT_COMMANDS[command], reason, "dropped", now)
+            )
+        elif not mdp.is_valid_service(message.service):
+            reason = "service name is not 1-255 printable ASCII bytes"
+            events.append(ProtocolViolation(peer, "MDP-D-01", reason, "dropped", now))
+        elif command is not Command.REQUEST:
+            reason = "PARTIAL/FINAL are broker-to-client commands"
+            events.append(ProtocolViolation(peer, "MDP-D-16", reason, "dropped", now))
+        else:
+            self._client_request(peer, message.service, tuple(message.body), now, events)
         return events
 
     def tick(self, now: float) -> list[BrokerEvent]:
@@ -486,6 +644,18 @@ class Broker:
         """
         return self._peer_failed(peer, now, WorkerInput.CONGESTED, "client-congested", unsent)
 
+    def set_traits(self, peer: bytes, traits: PeerTraits | None) -> None:
+        """Give ``peer`` its dialect's traits (None: MDP/0.2's); see ``PeerTraits``.
+
+        Set before the peer's first message, and kept while the broker holds anything of it.
+        """
+        if traits is None or traits == _MDP02_TRAITS:
+            self._traits.pop(peer, None)
+        else:
+            self._traits[peer] = traits
+            if traits not in self._tables:
+                self._tables[traits] = worker_transitions_for(traits)
+
     def shutdown(self, now: float) -> list[BrokerEvent]:
         """Give up every request and send DISCONNECT to every registered worker (MDP-W-14).
 
@@ -500,8 +670,10 @@ class Broker:
                 request.abandoned = True
             self._end_request(request, "broker-shutdown", None, now, events)
         for worker in list(self._workers.values()):
-            self._outbox.append((worker.peer, mdp.DISCONNECT_FRAMES))
-            self._remove_worker(worker, now, events, disconnect_sent=True, reason="broker-shutdown")
+            sent = self._disconnects(worker.peer)
+            if sent:  # FAM-03
+                self._outbox.append((worker.peer, mdp.DISCONNECT_FRAMES))
+            self._remove_worker(worker, now, events, disconnect_sent=sent, reason="broker-shutdown")
             self._silence(worker.peer, now)
         return events
 
@@ -516,8 +688,8 @@ class Broker:
         """The worker-side state of ``peer``."""
         worker = self._workers.get(peer)
         if worker is not None:
-            return PeerState.IDLE if worker.request is None else PeerState.BUSY
-        return PeerState.SILENCED if peer in self._silenced else PeerState.UNKNOWN
+            return _IDLE if worker.request is None else _BUSY
+        return _SILENCED if peer in self._silenced else _UNKNOWN
 
     def holds(self, peer: bytes) -> bool:
         """Whether ``peer`` has an outstanding request here, or a reply in flight (MDP-D-24)."""
@@ -605,7 +777,7 @@ class Broker:
             registered_at=w.registered_at,
             last_heard=w.last_heard,
             last_sent=w.last_sent,
-            expires_at=w.last_heard + self._span,
+            expires_at=w.last_heard + self._span if self._expires(w.peer) else float("inf"),
         )
 
     def _request_view(self, r: RequestRecord) -> RequestView:
@@ -681,6 +853,10 @@ class Broker:
     ) -> None:
         if self._workers.get(worker.peer) is not worker or worker.timer_at != deadline:
             return  # the worker is gone, or this entry was replaced
+        traits = self._traits.get(worker.peer) if self._traits else None
+        if traits is not None:
+            self._dialect_worker_timer(worker, traits, now, events)
+            return
         if now >= worker.last_heard + self._span:
             self._worker_input(worker.peer, WorkerInput.EXPIRED, now, events)
             return
@@ -690,8 +866,29 @@ class Broker:
 
     def _arm_worker_timer(self, worker: WorkerRecord) -> None:
         at = min(worker.last_sent + self._interval, worker.last_heard + self._span)
+        traits = self._traits.get(worker.peer) if self._traits else None
+        if traits is not None:
+            at = float("inf")
+            if traits.heartbeats_sent:
+                at = worker.last_sent + self._interval
+            if traits.heartbeats_expected:
+                at = min(at, worker.last_heard + self._span)
+            if at == float("inf"):  # nothing to time: a dialect with no heartbeats at all
+                worker.timer_at = at
+                return
         worker.timer_at = at
         self._timers.push(at, (_WORKER_TIMER, worker))
+
+    def _dialect_worker_timer(
+        self, worker: WorkerRecord, traits: PeerTraits, now: float, events: list[BrokerEvent]
+    ) -> None:
+        """``_worker_timer`` for a worker whose dialect may not heartbeat (FAM-01, FAM-02)."""
+        if traits.heartbeats_expected and now >= worker.last_heard + self._span:
+            self._worker_input(worker.peer, WorkerInput.EXPIRED, now, events)
+            return
+        if now >= worker.last_sent + self._interval:  # its table says whether to send (FAM-01)
+            self._worker_input(worker.peer, WorkerInput.HEARTBEAT_DUE, now, events)
+        self._arm_worker_timer(worker)
 
     def _silence_timer(
         self, silence: _Silence, deadline: float, now: float, events: list[BrokerEvent]
@@ -730,13 +927,9 @@ class Broker:
             )
             return
         input_ = _WORKER_INPUT_OF_CODE[code]
-        if input_ is WorkerInput.PARTIAL or input_ is WorkerInput.FINAL:
-            worker = self._workers.get(peer)
-            request = None if worker is None else worker.request
-            if request is not None and request.client != frames[2]:
-                input_ = WorkerInput.FOREIGN_REPLY
-            self._worker_input(peer, input_, now, events, body=tuple(frames[4:]))
-        elif input_ is WorkerInput.READY:
+        if input_ is _IN_PARTIAL or input_ is _IN_FINAL:
+            self._worker_reply(peer, input_, frames[2], tuple(frames[4:]), now, events)
+        elif input_ is _IN_READY:
             service = frames[2]
             assert isinstance(service, bytes)  # validate_worker checked it
             if service.startswith(MMI_PREFIX):
@@ -744,6 +937,22 @@ class Broker:
             self._worker_input(peer, input_, now, events, service=service)
         else:
             self._worker_input(peer, input_, now, events)
+
+    def _worker_reply(
+        self,
+        peer: bytes,
+        input_: WorkerInput,
+        address: BodyFrame,
+        body: Relayed,
+        now: float,
+        events: list[BrokerEvent],
+    ) -> None:
+        """A worker's PARTIAL or FINAL for the client at ``address`` (MDP-R-01, MDP-D-13)."""
+        worker = self._workers.get(peer)
+        request = None if worker is None else worker.request
+        if request is not None and request.client != address:
+            input_ = WorkerInput.FOREIGN_REPLY
+        self._worker_input(peer, input_, now, events, body=body)
 
     def _worker_input(
         self,
@@ -758,25 +967,31 @@ class Broker:
         rule: str | None = None,
     ) -> None:
         """Apply ``WORKER_TRANSITIONS`` for one input to ``peer``'s worker side."""
-        state = self.worker_state(peer)
-        transition = WORKER_TRANSITIONS[state, input_]
+        worker = self._workers.get(peer)
+        if worker is not None:
+            state = _IDLE if worker.request is None else _BUSY
+        else:
+            state = _SILENCED if peer in self._silenced else _UNKNOWN
+        if self._traits and peer in self._traits:  # a dialect's own table (FAM-01..03)
+            transition = self._tables[self._traits[peer]][state, input_]
+        else:
+            transition = WORKER_TRANSITIONS[state, input_]
         if transition.violation:
             why = reason if reason is not None else _VIOLATION_REASONS[input_]
             kicked = Action.SEND_DISCONNECT in transition.actions
             action: ViolationAction = "disconnected" if kicked else "dropped"
             events.append(ProtocolViolation(peer, rule or transition.rule, why, action, now))
-        worker = self._workers.get(peer)
         for step in transition.actions:
-            if step is Action.REFRESH:
+            if step is _REFRESH:
                 assert worker is not None
                 worker.last_heard = now
-            elif step is Action.FORWARD_PARTIAL:
+            elif step is _FORWARD_PARTIAL:
                 assert worker is not None
                 self._forward_partial(worker, body, now, events)
-            elif step is Action.FORWARD_FINAL:
+            elif step is _FORWARD_FINAL:
                 assert worker is not None
                 self._forward_final(worker, body, now, events)
-            elif step is Action.REGISTER:
+            elif step is _REGISTER:
                 self._register(peer, service, now, events)
             elif step is Action.SEND_HEARTBEAT:
                 assert worker is not None
@@ -802,6 +1017,16 @@ class Broker:
                 self._keep_silent(peer, input_, now, events)
             elif step is Action.FORGET:
                 del self._silenced[peer]
+
+    def _expires(self, peer: bytes) -> bool:
+        """Whether ``peer`` is expired when silent as a worker (FAM-02)."""
+        traits = self._traits.get(peer) if self._traits else None
+        return traits is None or traits.heartbeats_expected
+
+    def _disconnects(self, peer: bytes) -> bool:
+        """Whether DISCONNECT is sent to ``peer`` (FAM-03)."""
+        traits = self._traits.get(peer) if self._traits else None
+        return traits is None or traits.disconnect
 
     def _send(self, worker: WorkerRecord, frames: Relayed) -> None:
         worker.last_sent = self._now
@@ -942,15 +1167,21 @@ class Broker:
             reason = "PARTIAL/FINAL are broker-to-client commands"
             events.append(ProtocolViolation(peer, "MDP-D-16", reason, "dropped", now))
             return
+        service = frames[2]
+        assert isinstance(service, bytes)  # validate_client checked it
+        body = tuple(frames[3:])
+        self._client_request(peer, service, body, now, events)
+
+    def _client_request(
+        self, peer: bytes, service: bytes, body: Relayed, now: float, events: list[BrokerEvent]
+    ) -> None:
+        """A client's valid REQUEST: MMI, or queued and dispatched (MDP-S-02, MDP-A-03)."""
         if peer in self._clients:
             reason = "REQUEST while this client has one outstanding; the first stands"
             events.append(ProtocolViolation(peer, "MDP-S-02", reason, "dropped", now))
             return
-        service = frames[2]
-        assert isinstance(service, bytes)  # validate_client checked it
-        body = tuple(frames[3:])
-        if service.startswith(MMI_PREFIX):
-            self._mmi(peer, service, body, now, events)
+        if service.startswith(MMI_PREFIX) and (peer not in self._traits or self._traits[peer].mmi):
+            self._mmi(peer, service, body, now, events)  # FAM-04: only where the dialect has it
             return
         self._last_request_id += 1
         request = RequestRecord(self._last_request_id, peer, service, body, now)
@@ -1102,6 +1333,6 @@ class Broker:
         # would only keep them (and their bodies) alive in the heap for request_expiry seconds.
         if self._unarmed:
             for request in self._unarmed:
-                if request.state is RequestState.QUEUED:
+                if request.state is _QUEUED:
                     self._timers.push(request.expires_at, (_QUEUE_TIMER, request))
             self._unarmed.clear()

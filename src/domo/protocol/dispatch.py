@@ -30,6 +30,11 @@ class RequestState(Enum):
     DONE = "done"
 
 
+# As globals for the request cycle: ``RequestState.X`` costs about 90 ns on Python 3.11
+# (``EnumType.__getattr__``), a global a tenth of that.
+_QUEUED, _DISPATCHED, _DONE = RequestState.QUEUED, RequestState.DISPATCHED, RequestState.DONE
+
+
 class RequestRecord:
     """One client request, from acceptance to its FINAL (or its end without one)."""
 
@@ -62,7 +67,7 @@ class RequestRecord:
         self.expires_at = now
         self.attempts = 0  # how many times it was handed to a worker
         self.partials = 0  # PARTIALs forwarded to the client for the current attempt
-        self.state = RequestState.QUEUED
+        self.state = _QUEUED
         self.worker: WorkerRecord | None = None
         # True once its client is unreachable: the worker may finish, nothing is forwarded.
         self.abandoned = False
@@ -160,7 +165,7 @@ class Dispatcher:
         assert request is not None, "release() of a worker that is not busy"
         worker.request = None
         request.worker = None
-        request.state = RequestState.DONE
+        request.state = _DONE
         self._services[worker.service].idle[worker.peer] = worker
         return request
 
@@ -169,7 +174,7 @@ class Dispatcher:
     def enqueue(self, request: RequestRecord, *, front: bool = False) -> ServiceRecord:
         """Put a request in its service's queue, at the back (new) or the front (re-dispatch)."""
         record = self._service(request.service)
-        request.state = RequestState.QUEUED
+        request.state = _QUEUED
         record.queue[request.request_id] = request
         if front:
             record.queue.move_to_end(request.request_id, last=False)
@@ -190,7 +195,7 @@ class Dispatcher:
         _, worker = record.idle.popitem(last=False)
         worker.request = request
         request.worker = worker
-        request.state = RequestState.DISPATCHED
+        request.state = _DISPATCHED
         request.attempts += 1
         request.partials = 0
         return request, worker

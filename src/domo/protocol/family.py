@@ -38,12 +38,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from enum import Enum
 
-from .broker import Broker, BrokerConfig, PeerState, WorkerView
+from .broker import Broker, BrokerConfig, PeerState, PeerTraits, WorkerView
 from .dialects import (
     CODECS,
     MDPC02,
     MDPW02,
     REGISTRY,
+    Capabilities,
     Dialect,
     DialectCodec,
     Registry,
@@ -64,13 +65,14 @@ from .events import (
 )
 from .mdp import BodyFrame, Relayed
 
-__all__ = ["FamilyBroker", "Outgoing", "PeerRoute", "peer_key"]
+__all__ = ["FamilyBroker", "Outgoing", "PeerRoute", "peer_key", "traits_of"]
 
 Outgoing = tuple[int, bytes, Relayed]  # (connection, routing id, frames): one message to send
 
 _KEY_PREFIX = b"\x00\xffdomo:"
 _REGISTERED = (PeerState.IDLE, PeerState.BUSY)
 _UNKNOWN = (MDP02, 0)  # not a family message: the core refuses it, as MDP/0.2's
+_MDP02_HEADERS = (MDPC02, MDPW02)  # an MDP/0.2 message's first frame
 
 
 def peer_key(
@@ -90,10 +92,21 @@ def peer_key(
     return prefix + b"".join(len(p).to_bytes(4, "big") + bytes(p) for p in parts)
 
 
+def traits_of(capabilities: Capabilities) -> PeerTraits:
+    """What the core acts on of a dialect's capabilities (``specs/family.md``)."""
+    return PeerTraits(
+        heartbeats_expected=capabilities.worker_heartbeats,  # FAM-02
+        heartbeats_sent=capabilities.broker_heartbeats,  # FAM-01
+        disconnect=capabilities.disconnect,  # FAM-03
+        mmi=capabilities.mmi,  # FAM-04
+    )
+
+
 class PeerRoute:
     """Where and how to send what the core sends to one peer key."""
 
     __slots__ = (
+        "client",
         "codec",
         "connection",
         "context",
@@ -123,6 +136,8 @@ class PeerRoute:
         self.codec: DialectCodec = codec if codec is not None else CODECS[Dialect(dialect.value)]
         self.context = context  # what the dialect keeps for the reply (its ``reply_context``)
         self.service: bytes | None = None  # the service it registered, while a worker
+        # For a request key of a bounded dialect: the client it counts against (FAM-05).
+        self.client: bytes | None = None
 
 
 class FamilyBroker:
@@ -149,6 +164,14 @@ class FamilyBroker:
         }
         self.bridged_out: list[Outgoing] = []  # what the bridges send themselves, in order
         self._answered = 0  # how many answers and bridge messages led the outbox last taken
+        # A bounded keyed dialect's client -> its request keys the broker holds (FAM-05).
+        self._requests_of: dict[bytes, dict[bytes, None]] = {}
+        # Refusals of requests beyond a client's bound, sent after the core's outbox (FAM-05);
+        # and where they began in the outbox last taken, for ``_core_index``.
+        self._refusals: list[Outgoing] = []
+        self._refusals_at: int | None = None
+        self._core_taken = 0  # how many messages the core's outbox last taken had
+        self._traits: dict[Enum, PeerTraits | None] = {}  # per dialect, None for MDP/0.2's
 
     # -- the sans-IO contract, as Broker's, with the connection ---------------------------------
 
@@ -158,9 +181,10 @@ class FamilyBroker:
         """Handle one message from routing id ``peer`` on ``connection``, in whatever dialect
         it speaks."""
         if connection == 0:
-            first = frames[0] if frames else None
-            found = None if first in (MDPC02, MDPW02) else self.registry.detect(frames)
-            if found is None or found[0].dialect is Dialect.MDP02:  # the hot path
+            # The hot path: an MDP/0.2 header needs no detection.
+            mdp02 = frames and frames[0] in _MDP02_HEADERS
+            found = None if mdp02 else self.registry.detect(frames)
+            if found is None or found[0].dialect is Dialect.MDP02:
                 events = self.core.receive(peer, frames, now)  # garbage too: the core says why
                 if self._routes:  # a worker's FINAL may end a dialect client's request
                     self._note(events)
@@ -192,16 +216,24 @@ class FamilyBroker:
             route = PeerRoute(
                 peer, envelope, codec.dialect, connection, request_key, codec, context
             )
+            bound = codec.capabilities.outstanding_per_client
+            if request_key is not None and bound is not None:
+                client = peer_key(peer, envelope, codec.dialect, connection)
+                held = self._requests_of.get(client)
+                if held is not None and len(held) >= bound:  # no route is kept for it
+                    return self._refuse_beyond_bound(route, key, bound, now)
+                self._requests_of.setdefault(client, {})[key] = None
+                route.client = client
             self._routes[key] = route
             self._keys_of.setdefault((connection, peer), {})[key] = None
             self._maybe_done[key] = None  # a first message that was refused leaves nothing
+            self.core.set_traits(key, self._traits_of(codec))
         if codec.answer is None:
-            events = self.core.receive(key, codec.decode(message), now)
+            events = self._to_core(key, codec, message, now)
         else:
             before = self.core.worker_state(key)
-            events = self.core.receive(key, codec.decode(message), now)
-            after = self.core.worker_state(key)
-            answer = codec.answer(message, before, after)
+            events = self._to_core(key, codec, message, now)
+            answer = codec.answer(message, before, self.core.worker_state(key))
             if answer is not None:
                 self._answers.append((connection, peer, answer))
         self._note(events)
@@ -231,13 +263,23 @@ class FamilyBroker:
             self._withheld = []
         if self._answered:
             self._answered = 0
-        if self._answers or self.bridged_out:
-            own = self._answers + self.bridged_out
-            self._answers, self.bridged_out = [], []
-            self._answered = len(own)
-            return own + self._translate(outbox)
-        if self._routes:
-            return self._translate(outbox)
+        if self._routes or self._answers or self.bridged_out:
+            self._core_taken = len(outbox)
+            out = self._translate(outbox)
+            if self._answers or self.bridged_out:  # they lead: DCP's answers, the bridges'
+                own = self._answers + self.bridged_out
+                self._answers, self.bridged_out = [], []
+                self._answered = len(own)
+                out = own + out
+            self._refusals_at = None
+            if self._refusals:  # FAM-05: after the core's, in the order they were made
+                self._refusals_at = len(out)
+                out += self._refusals
+                self._refusals = []
+            return out
+        if len(outbox) == 1:  # the request cycle's usual outbox, without a comprehension
+            peer, frames = outbox[0]
+            return [(0, peer, frames)]
         return [(0, peer, frames) for peer, frames in outbox]
 
     def flushed(self) -> list[RequestCompleted]:
@@ -281,6 +323,8 @@ class FamilyBroker:
         """The core's index of message ``index`` of the outbox last taken (some are withheld)."""
         if index is None:
             return None
+        if self._refusals_at is not None and index >= self._refusals_at:
+            return self._core_taken  # a refusal: every message of the core's was sent before it
         # A dialect's answers and the bridges' messages lead the outbox: if one of them failed,
         # so did every later message to that peer, the core's first included.
         index = max(0, index - self._answered)
@@ -339,6 +383,44 @@ class FamilyBroker:
 
     # -- inside -----------------------------------------------------------------------------------
 
+    def _to_core(
+        self, key: bytes, codec: DialectCodec, message: Sequence[BodyFrame], now: float
+    ) -> list[BrokerEvent]:
+        """Hand a dialect peer's message to the core: as frames, or as the neutral command a
+        dialect with ``decode_command`` makes of it."""
+        if codec.decode_command is None:
+            return self.core.receive(key, codec.decode(message), now)
+        command = codec.decode_command(message)
+        if command is None:
+            return self.core.receive(key, (), now)  # none of its commands: garbage
+        return self.core.command(key, command, now)
+
+    def _traits_of(self, codec: DialectCodec) -> PeerTraits | None:
+        """The core's traits for a peer of ``codec``'s dialect, worked out once per dialect."""
+        if codec.dialect not in self._traits:
+            self._traits[codec.dialect] = traits_of(codec.capabilities)
+        return self._traits[codec.dialect]
+
+    def _refuse_beyond_bound(
+        self, route: PeerRoute, key: bytes, bound: int, now: float
+    ) -> list[BrokerEvent]:
+        """A request beyond its client's bound: the dialect's answer, if any, and a violation
+        (FAM-05). The core does not see it, and nothing is kept of it, so the same key asked
+        again is counted again; the core's timers still come first (MDP-D-03)."""
+        events = self.core.tick(now)
+        assert route.request_key is not None
+        answer = (
+            None
+            if route.codec.refuse is None
+            else route.codec.refuse(route.envelope, route.request_key)
+        )
+        if answer is not None:
+            self._refusals.append((route.connection, route.routing_id, answer))
+        reason = f"a request beyond the {bound} its client may have outstanding"
+        events.append(ProtocolViolation(key, "FAM-05", reason, "dropped", now))
+        self._note(events)
+        return events
+
     def _translate(self, outbox: list[tuple[bytes, Relayed]]) -> list[Outgoing]:
         routes = self._routes
         out: list[Outgoing] = []
@@ -393,6 +475,12 @@ class FamilyBroker:
                 continue
             route = self._routes.pop(key, None)
             if route is not None:
+                self.core.set_traits(key, None)
+                if route.client is not None:  # FAM-05: no longer counted against its client
+                    held = self._requests_of[route.client]
+                    del held[key]
+                    if not held:
+                        del self._requests_of[route.client]
                 address = (route.connection, route.routing_id)
                 keys = self._keys_of[address]
                 del keys[key]

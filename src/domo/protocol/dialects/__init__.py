@@ -24,14 +24,18 @@ Nothing here keeps state or does I/O; ``domo.protocol.family`` keeps who speaks 
 from __future__ import annotations
 
 from .base import (
+    CORE_CODES,
     MDPC01,
     MDPC02,
     MDPW01,
     MDPW02,
     Capabilities,
+    Command,
+    CoreCommand,
     Dialect,
     DialectCodec,
     Role,
+    Translation,
 )
 from .envelope import MAX_HOPS, delimiter_at
 from .registry import (
@@ -48,6 +52,7 @@ from .registry import (
 
 __all__ = [
     "CODECS",
+    "CORE_CODES",
     "DETECTION_ORDER",
     "MAX_HOPS",
     "MDPC01",
@@ -56,10 +61,13 @@ __all__ = [
     "MDPW02",
     "REGISTRY",
     "Capabilities",
+    "Command",
+    "CoreCommand",
     "Dialect",
     "DialectCodec",
     "Registry",
     "Role",
+    "Translation",
     "codec_for",
     "decode",
     "delimiter_at",

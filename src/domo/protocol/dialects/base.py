@@ -17,19 +17,24 @@ from enum import Enum
 from typing import Protocol
 
 from ..broker import PeerState
+from ..commands import CORE_CODES, Command, CoreCommand, Role
 from ..mdp import BodyFrame, Relayed
 
 __all__ = [
+    "CORE_CODES",
     "MDPC01",
     "MDPC02",
     "MDPW01",
     "MDPW02",
     "UNKNOWN_COMMAND",
     "Capabilities",
+    "Command",
+    "CoreCommand",
     "Dialect",
     "DialectCodec",
     "Role",
     "RouteView",
+    "Translation",
 ]
 
 MDPC02, MDPW02, MDPC01, MDPW01 = b"MDPC02", b"MDPW02", b"MDPC01", b"MDPW01"
@@ -50,22 +55,41 @@ class Dialect(Enum):
     EMQP = "emqp"
 
 
-class Role(Enum):
-    """What a claimed message makes its sender."""
+@dataclass(frozen=True, slots=True)
+class Translation:
+    """One row of a dialect's table: a message of the dialect and the core command it is.
 
-    CLIENT = "client"
-    WORKER = "worker"
+    - ``role``: the dialect peer's side (its client or its worker).
+    - ``inbound``: from the peer to the broker (decoded), or from the broker to it (encoded).
+    - ``command``: the core command.
+    - ``frames``: how the dialect's message starts, as the peer sees it on its socket with no
+      envelope (the leading empty frame included where the dialect has one), up to and with its
+      command frame; the command's arguments follow. ``None`` for an outbound command the
+      dialect's peer never gets (withheld).
+    - ``rule``: the rule id that decides it (the dialect's, or MDP/0.2's where it applies).
+
+    A dialect's rows are the whole of its codec as data: ``tests/protocol/test_dialect_tables``
+    runs each through the codec, and a command code without a row is refused by the core;
+    ``domo.spec_tables`` renders them into the dialect's spec.
+    """
+
+    role: Role
+    inbound: bool
+    command: Command
+    frames: tuple[bytes, ...] | None
+    rule: str
 
 
 @dataclass(frozen=True, slots=True)
 class Capabilities:
     """What a dialect's peers can do, as the broker must know it to serve them.
 
-    The broker reads ``partial_replies`` (PARTIALs are withheld from a client whose dialect has
-    none) and ``client_hops`` (whether a client may sit behind 28/REQREP address frames; a worker
-    never does). The others say how the dialect's rules map onto the core's, which applies
-    MDP/0.2's timers, DISCONNECT and MMI to every peer (each dialect's spec says so rule by rule),
-    and ``outstanding_per_client`` bounds what a client of the dialect may have in flight.
+    The broker acts on each (``specs/family.md``): PARTIALs are withheld from a client whose
+    dialect has no ``partial_replies``; a client may sit behind 28/REQREP address frames only if
+    its dialect has ``client_hops`` (a worker never does); ``worker_heartbeats``,
+    ``broker_heartbeats``, ``disconnect`` and ``mmi`` become the peer's ``PeerTraits`` in the
+    core (FAM-01..04); ``outstanding_per_client`` bounds what a client of the dialect may have
+    in flight (1: MDP-S-02; N above 1: counted per client, FAM-05; None: any number).
     """
 
     clients: bool  # the dialect has clients
@@ -109,10 +133,21 @@ class DialectCodec:
     - ``delimited``: its messages start with an empty frame (after the envelope, if any); only
       MDP/0.2's do not, and they are told by their first frame.
     - ``request_key``: for a dialect whose client may have several requests outstanding
-      (``outstanding_per_client`` None), splits a message (after the delimiter) into the key
-      that names its request and the message without it, or gives None for a message that
-      names none (a worker's). The broker holds each (client, request key) as a client of its
-      own, so the core's one-request-per-client rule (MDP-S-02) holds per key.
+      (``outstanding_per_client`` None or above 1), splits a message (after the delimiter) into
+      the key that names its request and the message without it, or gives None for a message
+      that names none (a worker's). The broker holds each (client, request key) as a client of
+      its own, so the core's one-request-per-client rule (MDP-S-02) holds per key, and counts a
+      client's keys against ``outstanding_per_client`` (FAM-05).
+    - ``decode_command(message)``: optional, in place of ``decode``: the message as the
+      neutral ``CoreCommand`` the routing core takes (``Broker.command``), or None for a message
+      that is none of the dialect's commands (the core then refuses it as it refuses garbage,
+      MDP-W-08, MDP-W-16). A dialect whose messages are not MDP/0.2-like frames need not
+      pretend they are; ``decode`` is still what ``registry.decode`` applies.
+    - ``table``: the codec as data, one ``Translation`` per command each way (empty: none
+      given; every dialect domo ships has one).
+    - ``refuse(envelope, request_key)``: the dialect's answer to a request beyond
+      ``outstanding_per_client`` (the frames after the routing id, behind ``envelope``), or
+      None to refuse it without an answer; no ``refuse`` at all: no answer (FAM-05).
 
     Four optional hooks serve a dialect that needs more than a frame-for-frame codec (DCP):
 
@@ -144,11 +179,16 @@ class DialectCodec:
         Callable[[RouteView, Relayed, Callable[[bytes], RouteView | None]], Relayed | None] | None
     ) = None
     answer: Callable[[Sequence[BodyFrame], PeerState, PeerState], Relayed | None] | None = None
+    refuse: Callable[[Relayed, bytes], Relayed | None] | None = None
+    table: tuple[Translation, ...] = ()
+    decode_command: Callable[[Sequence[BodyFrame]], CoreCommand | None] | None = None
 
     def __post_init__(self) -> None:
         outstanding = self.capabilities.outstanding_per_client
-        if outstanding is None and self.request_key is None:
+        keyed = self.request_key is not None
+        if outstanding is not None and outstanding < 1:
+            raise ValueError(f"{self.dialect}: outstanding_per_client must be >= 1 or None")
+        if (outstanding is None or outstanding > 1) and not keyed:
             raise ValueError(f"{self.dialect}: several requests per client need a request_key")
-        if outstanding is not None and (outstanding != 1 or self.request_key is not None):
-            # A bound above 1 would need the broker to count a client's keys: not done yet.
-            raise ValueError(f"{self.dialect}: outstanding_per_client is 1 (no key) or None")
+        if outstanding == 1 and keyed:
+            raise ValueError(f"{self.dialect}: one request per client needs no request_key")

@@ -10,9 +10,19 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ..mdp import BodyFrame, Relayed
-from .base import MDPC02, MDPW02, UNKNOWN_COMMAND, Capabilities, Dialect, DialectCodec, Role
+from .base import (
+    MDPC02,
+    MDPW02,
+    UNKNOWN_COMMAND,
+    Capabilities,
+    Command,
+    Dialect,
+    DialectCodec,
+    Role,
+    Translation,
+)
 
-__all__ = ["MAJORTOMO"]
+__all__ = ["MAJORTOMO", "TABLE"]
 
 
 def _claims(header: BodyFrame, command: BodyFrame) -> Role | None:
@@ -38,6 +48,28 @@ def _encode(envelope: Relayed, frames: Relayed, request_key: bytes | None) -> Re
     return (b"", *frames)  # MAJ-01
 
 
+_W, _C = Role.WORKER, Role.CLIENT
+
+
+def _worker(code: bytes) -> tuple[bytes, ...]:
+    return (b"", MDPW02, code)  # MAJ-01: RFC 18's worker behind an empty frame
+
+
+TABLE = (  # the codec as data (specs/majortomo.md); a client code without a row is refused
+    Translation(_W, True, Command.REGISTER, _worker(b"\x01"), "MAJ-01"),
+    Translation(_W, True, Command.REQUEST, _worker(b"\x02"), "MDP-W-15"),
+    Translation(_W, True, Command.PARTIAL, _worker(b"\x03"), "MAJ-01"),
+    Translation(_W, True, Command.FINAL, _worker(b"\x04"), "MAJ-01"),
+    Translation(_W, True, Command.HEARTBEAT, _worker(b"\x05"), "MAJ-06"),
+    Translation(_W, True, Command.LEAVE, _worker(b"\x06"), "MAJ-01"),
+    Translation(_C, True, Command.REQUEST, (b"", MDPC02, b"\x02"), "MAJ-02"),
+    Translation(_W, False, Command.REQUEST, _worker(b"\x02"), "MAJ-01"),
+    Translation(_W, False, Command.HEARTBEAT, _worker(b"\x05"), "MAJ-06"),
+    Translation(_W, False, Command.LEAVE, _worker(b"\x06"), "MAJ-01"),
+    Translation(_C, False, Command.PARTIAL, (b"", MDPC02, b"\x03"), "MAJ-03"),
+    Translation(_C, False, Command.FINAL, (b"", MDPC02, b"\x04"), "MAJ-04"),
+)
+
 MAJORTOMO = DialectCodec(
     dialect=Dialect.MAJORTOMO,
     capabilities=Capabilities(
@@ -54,4 +86,5 @@ MAJORTOMO = DialectCodec(
     claims=_claims,
     decode=_decode,
     encode=_encode,
+    table=TABLE,
 )

@@ -18,12 +18,14 @@ from .base import (
     MDPW02,
     UNKNOWN_COMMAND,
     Capabilities,
+    Command,
     Dialect,
     DialectCodec,
     Role,
+    Translation,
 )
 
-__all__ = ["MDP01"]
+__all__ = ["MDP01", "TABLE"]
 
 # MDP/0.1 worker commands (RFC 7) and their MDP/0.2 counterparts (RFC 18).
 _MDP01_TO_MDP02 = {
@@ -58,6 +60,20 @@ def _encode(envelope: Relayed, frames: Relayed, request_key: bytes | None) -> Re
     return (b"", MDPW01, _MDP02_TO_MDP01.get(bytes(frames[1]), frames[1]), *frames[2:])
 
 
+_W, _C = Role.WORKER, Role.CLIENT
+TABLE = (  # the codec as data (specs/mdp-0.1.md); a worker code without a row is MDP01-06
+    Translation(_W, True, Command.REGISTER, (b"", MDPW01, b"\x01"), "MDP01-02"),
+    Translation(_W, True, Command.FINAL, (b"", MDPW01, b"\x03"), "MDP01-04"),
+    Translation(_W, True, Command.HEARTBEAT, (b"", MDPW01, b"\x04"), "MDP01-07"),
+    Translation(_W, True, Command.LEAVE, (b"", MDPW01, b"\x05"), "MDP01-08"),
+    Translation(_C, True, Command.REQUEST, (b"", MDPC01), "MDP01-03"),
+    Translation(_W, False, Command.REQUEST, (b"", MDPW01, b"\x02"), "MDP01-02"),
+    Translation(_W, False, Command.HEARTBEAT, (b"", MDPW01, b"\x04"), "MDP01-07"),
+    Translation(_W, False, Command.LEAVE, (b"", MDPW01, b"\x05"), "MDP01-08"),
+    Translation(_C, False, Command.PARTIAL, None, "MDP01-05"),
+    Translation(_C, False, Command.FINAL, (b"", MDPC01), "MDP01-03"),
+)
+
 MDP01 = DialectCodec(
     dialect=Dialect.MDP01,
     capabilities=Capabilities(
@@ -74,4 +90,5 @@ MDP01 = DialectCodec(
     claims=_claims,
     decode=_decode,
     encode=_encode,
+    table=TABLE,
 )

@@ -13,9 +13,19 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ..mdp import BodyFrame, Relayed
-from .base import MDPC02, MDPW02, Capabilities, Dialect, DialectCodec, Role
+from .base import (
+    CORE_CODES,
+    MDPC02,
+    MDPW02,
+    Capabilities,
+    Command,
+    Dialect,
+    DialectCodec,
+    Role,
+    Translation,
+)
 
-__all__ = ["MDP02", "MDP02_REQ"]
+__all__ = ["MDP02", "MDP02_REQ", "REQ_TABLE", "TABLE"]
 
 
 def _claims(header: BodyFrame, command: BodyFrame) -> Role | None:
@@ -44,6 +54,43 @@ def _encode_behind_envelope(
     return (*envelope, b"", *frames)  # REQREP-01
 
 
+# The codecs as data (specs/family.md, specs/reqrep.md). MDP/0.2's is the core's own form: every
+# command either way, as the core has it (CORE_CODES); which of them a peer may send is the
+# core's tables' business (MDP-W-15, MDP-D-16).
+_HEADER = {Role.WORKER: MDPW02, Role.CLIENT: MDPC02}
+_RULE = {
+    (Role.WORKER, Command.REGISTER): "MDP-W-01",
+    (Role.WORKER, Command.REQUEST): "MDP-W-15",
+    (Role.WORKER, Command.PARTIAL): "MDP-R-01",
+    (Role.WORKER, Command.FINAL): "MDP-R-01",
+    (Role.WORKER, Command.HEARTBEAT): "MDP-H-02",
+    (Role.WORKER, Command.LEAVE): "MDP-W-12",
+    (Role.CLIENT, Command.REQUEST): "MDP-C-01",
+    (Role.CLIENT, Command.PARTIAL): "MDP-D-16",
+    (Role.CLIENT, Command.FINAL): "MDP-D-16",
+}
+_SENT = {  # what the core sends each side
+    (Role.WORKER, Command.REQUEST): "MDP-W-02",
+    (Role.WORKER, Command.HEARTBEAT): "MDP-H-04",
+    (Role.WORKER, Command.LEAVE): "MDP-W-14",
+    (Role.CLIENT, Command.PARTIAL): "MDP-R-01",
+    (Role.CLIENT, Command.FINAL): "MDP-R-01",
+}
+TABLE = tuple(
+    Translation(role, True, command, (_HEADER[role], code), _RULE[role, command])
+    for (role, command), code in CORE_CODES.items()
+) + tuple(
+    Translation(role, False, command, (_HEADER[role], CORE_CODES[role, command]), rule)
+    for (role, command), rule in _SENT.items()
+)
+REQ_TABLE = (  # REQREP-04, REQREP-05: an RFC 18 client behind REQ
+    Translation(Role.CLIENT, True, Command.REQUEST, (b"", MDPC02, b"\x01"), "REQREP-04"),
+    Translation(Role.CLIENT, True, Command.PARTIAL, (b"", MDPC02, b"\x02"), "MDP-D-16"),
+    Translation(Role.CLIENT, True, Command.FINAL, (b"", MDPC02, b"\x03"), "MDP-D-16"),
+    Translation(Role.CLIENT, False, Command.PARTIAL, None, "REQREP-05"),
+    Translation(Role.CLIENT, False, Command.FINAL, (b"", MDPC02, b"\x03"), "REQREP-01"),
+)
+
 MDP02 = DialectCodec(
     dialect=Dialect.MDP02,
     capabilities=Capabilities(
@@ -61,6 +108,7 @@ MDP02 = DialectCodec(
     decode=_as_is,
     encode=_encode,
     delimited=False,
+    table=TABLE,
 )
 
 MDP02_REQ = DialectCodec(
@@ -79,4 +127,5 @@ MDP02_REQ = DialectCodec(
     claims=_claims_req_client,
     decode=_as_is,
     encode=_encode_behind_envelope,
+    table=REQ_TABLE,
 )
