@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from domo.protocol.broker import BrokerConfig
+from domo.protocol.dialects import MDPW02
 from domo.protocol.events import (
     ProtocolViolation,
     RequestCompleted,
@@ -195,6 +196,20 @@ def test_the_broker_never_pings_and_expires_a_silent_worker() -> None:
     events = broker.tick(3.5)
     assert not [e for e in events if isinstance(e, WorkerExpired)]  # already expired by now
     assert W not in {broker.address(key)[1] for key in broker.workers()}
+
+
+def test_the_codec_itself_never_encodes_a_heartbeat_as_a_ping() -> None:
+    """DCP-16 in the codec: the core sends no HEARTBEAT to a DCP worker (its traits, FAM-01),
+    and should one reach the codec anyway, for each width, it sends nothing."""
+    for t in (T1, T4):
+        broker = new_broker()
+        register(broker, W, b"s", t)
+        [key] = broker.workers()
+        route = broker.route(key)
+        assert route is not None
+        assert route.codec.encode_route is not None
+        heartbeat = (MDPW02, b"\x05")  # MDP/0.2's HEARTBEAT to a worker, as the core frames it
+        assert route.codec.encode_route(route, heartbeat, broker.route) is None
 
 
 def test_a_ping_never_frees_a_busy_worker() -> None:
