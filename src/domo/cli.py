@@ -22,6 +22,7 @@ import logging
 import math
 import os
 import platform
+import re
 import shlex
 import shutil
 import signal
@@ -35,7 +36,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Final, TypeVar
+from typing import Any, Final, TypeVar
 
 import trio
 import zmq
@@ -68,6 +69,7 @@ from domo.protocol.events import (
     WorkerExpired,
     WorkerRegistered,
 )
+from domo.runtime import memory
 from domo.trio import (
     Client,
     Handler,
@@ -370,6 +372,7 @@ def _add_broker(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
         help="times a request goes back to its queue after its worker was lost, before it is "
         "dropped (default: %(default)s)",
     )
+    _add_memory_bounds(sub, defaults)
     sub.add_argument(
         "--trace-dir",
         metavar="DIR",
@@ -395,6 +398,36 @@ def _add_broker(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
         help="with --curve-secret-file: admit only the client and worker public keys listed "
         "in FILE, one per line ('#' starts a comment); SIGHUP re-reads it. Without it, any "
         "peer that knows the broker's public key may connect (encrypted)",
+    )
+
+
+def _add_memory_bounds(sub: argparse.ArgumentParser, defaults: BrokerConfig) -> None:
+    """The broker's byte bounds (specs/mdp-0.2.md, MDP-D-25 to MDP-D-27; docs/reliability.md)."""
+    mib = 1024 * 1024
+    sub.add_argument(
+        "--max-message-bytes",
+        type=_byte_size,
+        default=defaults.max_message_bytes,
+        metavar="SIZE",
+        help="the largest request or reply body; a larger request is refused, a larger reply "
+        f"ends its request (default: {defaults.max_message_bytes // mib}MiB)",
+    )
+    sub.add_argument(
+        "--max-held-bytes",
+        type=_byte_size,
+        default=defaults.max_held_bytes,
+        metavar="SIZE",
+        help="the request bodies held at once, all clients together; a request that would go "
+        f"over is refused (default: {defaults.max_held_bytes // mib}MiB)",
+    )
+    sub.add_argument(
+        "--max-peer-bytes",
+        type=_byte_size,
+        default=defaults.max_peer_bytes,
+        metavar="SIZE",
+        help="what one peer's pipe may hold each way: its high-water mark is this over "
+        "--max-message-bytes messages; a client that does not read its replies is dropped at "
+        f"that mark (default: {defaults.max_peer_bytes // mib}MiB)",
     )
 
 
@@ -454,7 +487,7 @@ def _add_worker(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
         _prepare_worker,
     )
     sub.add_argument("service", metavar="SERVICE", type=_service, help="the service name")
-    _add_connect_option(sub)
+    _add_connect_option(sub, several=True)
     sub.add_argument(
         "--concurrency",
         type=_positive_int,
@@ -496,7 +529,7 @@ def _add_call(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
     sub.add_argument(
         "body", metavar="BODY", nargs="*", default=[], help="one request frame each ('-': stdin)"
     )
-    _add_connect_option(sub)
+    _add_connect_option(sub, several=True)
     sub.add_argument(
         "--timeout",
         type=_positive_float,
@@ -710,16 +743,47 @@ def _or_env(convert: Callable[[str], T]) -> Callable[[str], T]:
     return converted
 
 
-def _add_connect_option(sub: argparse.ArgumentParser) -> None:
+def _add_connect_option(sub: argparse.ArgumentParser, *, several: bool = False) -> None:
+    """``--connect``; with ``several``, it may be repeated: brokers in failover order, all of
+    them in ``args.connects`` (None if not given), the first in ``args.connect``."""
+    more = (
+        "; repeat it for other brokers to fail over to, in order: a peer moves to the next "
+        "when it loses the one it is on (specs/mdp-0.2.md, MDP-D-28)"
+        if several
+        else ""
+    )
     sub.add_argument(
         "--connect",
         type=_or_env(partial(_endpoint, CONNECT_SCHEMES)),
         default=_env_default("--connect", DEFAULT_ENDPOINT),
         metavar="ENDPOINT",
+        action=_FailoverEndpoints if several else "store",
         help="the broker's endpoint, tcp:// or ipc:// (default: %(default)s"
         + _env_help("--connect")
-        + ")",
+        + ")"
+        + more,
     )
+    if several:
+        sub.set_defaults(connects=None)
+
+
+class _FailoverEndpoints(argparse.Action):
+    """``--connect`` given again: one more broker, in failover order (MDP-D-28)."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: str | Sequence[Any] | None,
+        option_string: str | None = None,
+    ) -> None:
+        assert isinstance(values, str)
+        given: list[str] = list(getattr(namespace, "connects", None) or [])
+        if values in given:
+            raise argparse.ArgumentError(self, f"{values} is given twice")
+        given.append(values)
+        namespace.connects = given
+        namespace.connect = given[0]
 
 
 def _add_fuzz(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -1000,6 +1064,24 @@ def _count(text: str) -> int:
     return _integer(text, 0)
 
 
+_BYTE_SIZE: Final = re.compile(r"\s*(\d+)\s*(?:([KMG])(?:i?B)?|B)?\s*", re.IGNORECASE)
+_BYTE_UNITS: Final = {None: 1, "K": 1024, "M": 1024**2, "G": 1024**3}
+
+
+def _byte_size(text: str) -> int:
+    """A positive number of bytes, with an optional binary unit: 4194304, 4096K, 4M, 4MiB, 1G."""
+    match = _BYTE_SIZE.fullmatch(text)
+    if match is None:
+        raise argparse.ArgumentTypeError(
+            f"not a size: {text!r} (bytes, or with a unit: 4096K, 4M, 4MiB, 1G)"
+        )
+    digits, unit = match.groups()
+    value = int(digits) * _BYTE_UNITS[None if unit is None else unit.upper()]
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1 byte, got {text!r}")
+    return value
+
+
 def _service(text: str) -> str:
     if not mdp.is_valid_service(text.encode("utf-8", "replace")):
         raise argparse.ArgumentTypeError(
@@ -1099,14 +1181,31 @@ async def _status(args: argparse.Namespace) -> int:
 
 # --- domo broker ------------------------------------------------------------------------------
 
+TRIM_INTERVAL: Final = 2.0  # seconds between two hand-backs of the heap's free pages
+
+
+async def _trim_memory() -> None:
+    """Give freed heap pages back to the system now and then (``domo.runtime.memory``): after a
+    flood the broker's RSS comes back down instead of staying at its peak (issue 14)."""
+    while True:
+        memory.trim()  # a no-op off glibc
+        await trio.sleep(TRIM_INTERVAL)
+
 
 async def _broker(args: argparse.Namespace) -> int:
-    config = BrokerConfig(
-        heartbeat_interval=args.heartbeat_interval,
-        liveness=args.liveness,
-        request_expiry=args.request_expiry,
-        max_redispatches=args.max_redispatches,
-    )
+    try:
+        config = BrokerConfig(
+            heartbeat_interval=args.heartbeat_interval,
+            liveness=args.liveness,
+            request_expiry=args.request_expiry,
+            max_redispatches=args.max_redispatches,
+            max_message_bytes=args.max_message_bytes,
+            max_held_bytes=args.max_held_bytes,
+            max_peer_bytes=args.max_peer_bytes,
+        )
+    except ValueError as bad:  # byte bounds that cannot hold one message of the largest size
+        print(f"domo broker: {bad}", file=sys.stderr)
+        return EXIT_USAGE
     completed = 0
     late_workers = LateWorkerWatch(config)
 
@@ -1129,7 +1228,7 @@ async def _broker(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
             return EXIT_USAGE
-        metrics = BrokerMetrics()
+        metrics = BrokerMetrics(config)
         try:
             host, port = serve_metrics(args.metrics, metrics)
         except OSError as error:
@@ -1145,9 +1244,11 @@ async def _broker(args: argparse.Namespace) -> int:
     serve = partial(
         serve_broker, config=config, on_event=on_event, trace_dir=args.trace_dir, curve=args.curve
     )
+    memory.fix_mmap_threshold()  # this process is a broker: large bodies go back when freed
     async with _graceful_stop("broker") as stop:
         with stop:
             async with trio.open_nursery() as nursery:
+                nursery.start_soon(_trim_memory)
                 bound: list[str] = await nursery.start(serve, *(args.bind or [DEFAULT_ENDPOINT]))
                 if args.curve is not None and args.curve.allow is not None:
                     nursery.start_soon(_reload_on_sighup, args.curve.allow)
@@ -1428,9 +1529,11 @@ async def _worker(args: argparse.Namespace) -> int:
     async with _graceful_stop("worker") as stop:
         with stop:
             async with trio.open_nursery() as nursery:
-                await nursery.start(work, args.connect, args.service, handler)
+                endpoints = args.connects or [args.connect]  # failover order (MDP-D-28)
+                await nursery.start(work, endpoints, args.service, handler)
                 if not watch.answered:
-                    print(f"domo worker: waiting for the broker at {args.connect}", flush=True)
+                    where = " or ".join(endpoints)
+                    print(f"domo worker: waiting for the broker at {where}", flush=True)
                 await trio.sleep_forever()
     print("domo worker: stopped", flush=True)
     return EXIT_OK
@@ -1629,7 +1732,8 @@ async def _call(args: argparse.Namespace) -> int:
 async def _request(args: argparse.Namespace) -> int:
     """Send the request ``--repeat`` times on one client; the exit code of the last failure."""
     code = EXIT_OK
-    client = Client(args.connect, timeout=args.timeout, retries=args.retries, curve=args.curve)
+    endpoints = args.connects or [args.connect]  # failover order (MDP-D-28)
+    client = Client(endpoints, timeout=args.timeout, retries=args.retries, curve=args.curve)
     async with client:
         for _ in itertools.count() if args.repeat == 0 else range(args.repeat):
             code = await _request_once(client, args) or code
@@ -1738,12 +1842,26 @@ async def _why_no_reply(args: argparse.Namespace, attempts: int) -> str:
         else ""
     )
     size = sum(len(frame) for frame in args.frames)
+    default_bound = BrokerConfig().max_message_bytes
+    over = (  # MDP-D-25: the broker refuses it without a reply, or ZeroMQ cuts it off
+        f"; and a broker refuses a body over {default_bound // 2**20} MiB unless started with a "
+        "larger --max-message-bytes"
+        if size > default_bound
+        else ""
+    )
     if size >= LARGE_BODY:
         return (
             f"a worker serves {args.service!r}, but a body of {size / 1e6:.0f} MB may take "
             "longer to cross than the broker's liveness x heartbeat interval, so the broker "
             "can take its worker for dead and drop the request (its log says so); raise "
-            f"--heartbeat-interval on the broker and workers, or --timeout{repeated}"
+            f"--heartbeat-interval on the broker and workers, or --timeout{over}{repeated}"
+        )
+    if over:
+        return (
+            f"a worker serves {args.service!r}, but a body of {size / 1e6:.1f} MB is over the "
+            f"{default_bound // 2**20} MiB a broker takes by default: it refuses the request "
+            "without a reply unless started with a larger --max-message-bytes"
+            f"{repeated}"
         )
     return (
         f"a worker serves {args.service!r}, so the work takes longer than --timeout "

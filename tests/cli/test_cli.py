@@ -716,7 +716,8 @@ async def test_a_body_too_large_for_the_heartbeat_is_named(domo: StartDomo) -> N
     does, heartbeats included, so the broker takes the worker for dead. The broker's log and the
     call's message say so, with the option to change, instead of "is the broker up?"."""
     beats = ["--heartbeat-interval", "0.05", "--liveness", "2"]
-    broker = await domo("broker", "--bind", "tcp://127.0.0.1:0", *beats)
+    bounds = [f"--max-{name}-bytes=400M" for name in ("message", "peer", "held")]  # MDP-D-25
+    broker = await domo("broker", "--bind", "tcp://127.0.0.1:0", *beats, *bounds)
     endpoint = await broker.endpoint()
     await domo("worker", "echo", "--connect", endpoint, *beats)
     await broker.line("WorkerRegistered:", "stderr")

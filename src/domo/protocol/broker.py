@@ -54,12 +54,14 @@ from .events import (
     MmiReplied,
     PartialForwarded,
     ProtocolViolation,
+    RefusalReason,
     RequestCompleted,
     RequestDispatched,
     RequestDropped,
     RequestExpired,
     RequestQueued,
     RequestRedispatched,
+    RequestRefused,
     ViolationAction,
     WorkerDisconnected,
     WorkerExpired,
@@ -81,6 +83,7 @@ __all__ = [
     "WorkerView",
 ]
 
+MIB: Final = 1024 * 1024
 MMI_PREFIX: Final = b"mmi."
 MMI_SERVICE: Final = b"mmi.service"
 
@@ -91,6 +94,8 @@ _DROP_RULES: Final[dict[DropReason, str]] = {
     "client-unreachable": "MDP-D-15",
     "client-congested": "MDP-D-15",
     "broker-shutdown": "MDP-W-14",
+    "final-too-large": "MDP-D-25",
+    "partial-too-large": "MDP-D-25",
 }
 
 # What a client reply other than a FINAL carries, for the report of its delivery: a PARTIAL (its
@@ -111,12 +116,20 @@ class BrokerConfig:
     - ``request_expiry``: seconds a request may wait in a queue for a worker (MDP-C-11, MDP-D-11).
     - ``max_redispatches``: how many times a request may go back to its queue because its worker
       was lost, before it is dropped (MDP-D-08).
+    - ``max_message_bytes``: the largest body one request or reply may carry (MDP-D-25).
+    - ``max_held_bytes``: the request bodies the broker holds at once, all clients together
+      (MDP-D-26).
+    - ``max_peer_bytes``: the bytes one peer's pipe may hold each way; a runtime makes its
+      high-water mark ``pipe_messages`` messages (MDP-D-27).
     """
 
     heartbeat_interval: float = 2.5
     liveness: int = 3
     request_expiry: float = 60.0
     max_redispatches: int = 2
+    max_message_bytes: int = 4 * MIB
+    max_held_bytes: int = 256 * MIB
+    max_peer_bytes: int = 64 * MIB
 
     def __post_init__(self) -> None:
         if not self.heartbeat_interval > 0:
@@ -127,11 +140,29 @@ class BrokerConfig:
             raise ValueError(f"request_expiry must be > 0, got {self.request_expiry}")
         if self.max_redispatches < 0:
             raise ValueError(f"max_redispatches must be >= 0, got {self.max_redispatches}")
+        if self.max_message_bytes < 1:
+            raise ValueError(f"max_message_bytes must be >= 1, got {self.max_message_bytes}")
+        if self.max_held_bytes < self.max_message_bytes:
+            raise ValueError(
+                f"max_held_bytes ({self.max_held_bytes}) must be >= max_message_bytes "
+                f"({self.max_message_bytes}): else no request of the largest size fits"
+            )
+        if self.max_peer_bytes < self.max_message_bytes:
+            raise ValueError(
+                f"max_peer_bytes ({self.max_peer_bytes}) must be >= max_message_bytes "
+                f"({self.max_message_bytes}): a pipe must hold one message of the largest size"
+            )
 
     @property
     def expiry_span(self) -> float:
         """Silence after which a peer is dead: ``liveness * heartbeat_interval``."""
         return self.liveness * self.heartbeat_interval
+
+    @property
+    def pipe_messages(self) -> int:
+        """The high-water mark a runtime gives each peer's pipe, both ways (MDP-D-27): as many
+        messages of the largest size as ``max_peer_bytes`` holds."""
+        return self.max_peer_bytes // self.max_message_bytes
 
 
 # --- the worker-side transition table ---------------------------------------------------------
@@ -371,10 +402,15 @@ class Broker:
         self.config = config if config is not None else BrokerConfig()
         self._interval = self.config.heartbeat_interval
         self._span = self.config.expiry_span
+        self._max_message = self.config.max_message_bytes
+        self._max_held = self.config.max_held_bytes
         self._dispatcher = Dispatcher()
         self._workers: dict[bytes, WorkerRecord] = {}
         self._silenced: dict[bytes, _Silence] = {}
         self._clients: dict[bytes, RequestRecord] = {}  # peer -> its outstanding request
+        # The body bytes of the requests in ``_clients`` (MDP-D-26): added on acceptance,
+        # taken off wherever a request leaves ``_clients``.
+        self._held_bytes = 0
         self._timers: DeadlineHeap[tuple[int, Any]] = DeadlineHeap()
         self._outbox: list[tuple[bytes, Relayed]] = []
         # Client replies not yet confirmed by ``flushed`` (MDP-D-24), by *sequence number*: the
@@ -527,6 +563,10 @@ class Broker:
             client == peer for _, client, _ in self._cargo
         )
 
+    def held_bytes(self) -> int:
+        """The body bytes of the outstanding requests, counted against ``max_held_bytes``."""
+        return self._held_bytes
+
     def workers(self) -> dict[bytes, WorkerView]:
         """Every registered worker, in order of registration."""
         return {peer: self._worker_view(w) for peer, w in self._workers.items()}
@@ -668,6 +708,7 @@ class Broker:
             return  # dispatched, done, or re-queued since (with a timer of its own)
         self._dispatcher.unqueue(request)
         del self._clients[request.client]
+        self._held_bytes -= request.size
         events.append(
             RequestExpired(
                 request.request_id, request.client, request.service, now - request.queued_at, now
@@ -838,6 +879,11 @@ class Broker:
         if request.abandoned:
             events.append(MessageDropped(worker.peer, "PARTIAL for a client that is gone", now))
             return
+        size = sum(map(len, body))
+        if size > self._max_message:  # MDP-D-25: the worker finishes, nothing more is relayed
+            request.abandoned = True
+            self._end_request(request, "partial-too-large", worker.peer, now, events)
+            return
         request.partials += 1
         self._send_client(request.client, mdp.client_partial_frames(request.service, body))
         self._cargo.append((self._taken + len(self._outbox) - 1, request.client, request))
@@ -847,7 +893,7 @@ class Broker:
                 request.client,
                 request.service,
                 worker.peer,
-                sum(map(len, body)),
+                size,
                 now,
             )
         )
@@ -858,8 +904,11 @@ class Broker:
         request = self._dispatcher.release(worker)
         if request.abandoned:
             events.append(MessageDropped(worker.peer, "FINAL for a client that is gone", now))
+        elif (size := sum(map(len, body))) > self._max_message:  # MDP-D-25: not relayed
+            self._end_request(request, "final-too-large", worker.peer, now, events)
         else:
             del self._clients[request.client]
+            self._held_bytes -= request.size
             self._send_client(request.client, mdp.client_final_frames(request.service, body))
             # Completed once the runtime has sent it (flushed), dropped if it could not.
             completed = RequestCompleted(
@@ -868,7 +917,7 @@ class Broker:
                 request.service,
                 worker.peer,
                 request.partials,
-                sum(map(len, body)),
+                size,
                 now - request.received_at,
                 now,
             )
@@ -903,11 +952,28 @@ class Broker:
         if service.startswith(MMI_PREFIX):
             self._mmi(peer, service, body, now, events)
             return
+        request = RequestRecord(self._last_request_id + 1, peer, service, body, now)
+        held = self._held_bytes + request.size
+        if request.size > self._max_message or held > self._max_held:
+            self._refuse(request, now, events)
+            return
         self._last_request_id += 1
-        request = RequestRecord(self._last_request_id, peer, service, body, now)
+        self._held_bytes = held
         self._clients[peer] = request
         events.append(RequestQueued(request.request_id, peer, service, request.size, now))
         self._dispatch(self._queue(request, now, front=False), now, events)
+
+    def _refuse(self, request: RequestRecord, now: float, events: list[BrokerEvent]) -> None:
+        """Refuse a REQUEST over a memory bound: hold nothing of it (MDP-D-25, MDP-D-26)."""
+        if request.size > self._max_message:
+            reason: RefusalReason = "too-large"
+            rule = "MDP-D-25"
+        else:
+            reason, rule = "broker-full", "MDP-D-26"
+        refused = RequestRefused(
+            request.client, request.service, reason, request.size, self._held_bytes, rule, now
+        )
+        events.append(refused)
 
     def _mmi(
         self, peer: bytes, service: bytes, body: Relayed, now: float, events: list[BrokerEvent]
@@ -1021,6 +1087,7 @@ class Broker:
         if not request.abandoned:
             request.state = RequestState.DONE
         del self._clients[request.client]
+        self._held_bytes -= request.size
         events.append(
             RequestDropped(
                 request.request_id,

@@ -61,9 +61,12 @@ async def serve_broker(
 
     ``task_status.started`` receives the endpoints as bound (a ``:0`` or ``*`` port resolved).
     ``on_event`` sees every event of the core, in order, for logging or metrics; it must not
-    block. ``hwm`` is the ROUTER's send and receive high-water mark, per peer; a peer that does
-    not read is reported to the core when its pipe is full (MDP-D-15). ``context`` (for
-    ``inproc://``) or ``transport`` (for ``domo.trio.testing``) replace the default fresh context.
+    block. ``hwm`` caps the ROUTER's send and receive high-water mark, per peer, which is
+    ``config.pipe_messages`` if that is lower (the default: ``max_peer_bytes`` over
+    ``max_message_bytes``, MDP-D-27); a peer that does not read is reported to the core when its
+    pipe is full (MDP-D-15). ZeroMQ refuses any frame over ``config.max_message_bytes``.
+    ``context`` (for ``inproc://``) or ``transport`` (for ``domo.trio.testing``) replace the
+    default fresh context.
     ``trace_dir``: write request traces there (``domo.trace``, needs pyarrow; docs/traces.md).
     ``curve`` (``domo.curve.CurveServer``): CURVE on every endpoint, with the broker's key pair;
     if it has an allow-list, a ZAP handler in the broker's context admits only those client and
@@ -79,7 +82,13 @@ async def serve_broker(
         recorder = TraceRecorder(trace_dir, wall_anchor=time.time() - trio.current_time())
     if curve is not None and transport is not None:
         raise ValueError("curve applies to the default ZeroMQ transport, not to a given one")
-    net = transport if transport is not None else ZmqTransport(context, curve=curve)
+    limits = broker.config
+    hwm = min(hwm, limits.pipe_messages)  # so a pipe holds at most max_peer_bytes (MDP-D-27)
+    net = (
+        transport
+        if transport is not None
+        else ZmqTransport(context, curve=curve, max_message_bytes=limits.max_message_bytes)
+    )
     zap = None
 
     def emit(events: Iterable[BrokerEvent]) -> None:
