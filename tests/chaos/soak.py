@@ -265,7 +265,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     rss = result.rss_kib
     report = asdict(result) | {
-        "rss_kib": {"first": rss[:1], "max": max(rss, default=0), "last": rss[-1:]},
+        "rss_kib": " ".join(f"{kib // 1024}" for kib in rss) + " MiB, every 5 s",
         "rss_flat": result.rss_flat,
         "ok": result.ok,
     }

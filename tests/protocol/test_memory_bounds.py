@@ -7,6 +7,8 @@ ends in exactly one outcome (MDP-D-24) and gives its bytes back when it ends.
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 
 from domo.protocol.broker import Broker, BrokerConfig
@@ -207,3 +209,32 @@ def test_pipe_messages_is_the_peer_bound_over_the_largest_message() -> None:
     assert BrokerConfig().pipe_messages == 16
     config = BrokerConfig(max_message_bytes=1000, max_peer_bytes=2999, max_held_bytes=1000)
     assert config.pipe_messages == 2
+
+
+def test_a_request_that_waited_does_not_outlive_its_end() -> None:
+    """MDP-D-26: the bytes counted are the bytes held. A request that waited in its queue left a
+    timer entry behind when it was dispatched; that entry must not keep its body alive for
+    ``request_expiry`` (it did: ~500 bytes a request, and the whole body, for 60 s), and the
+    stale entries are dropped as they pile up (the heap stays within twice its live entries)."""
+    broker = _broker(max_message_bytes=10 * KIB, max_held_bytes=100 * KIB, max_peer_bytes=20 * KIB)
+    _ready(broker, b"W1", 0.0)
+    bodies = [b"%d" % n + b"b" * 1000 for n in range(3000)]
+    baseline = [sys.getrefcount(body) for body in bodies]
+    now = 0.0
+    for start in range(0, len(bodies), 3):
+        for offset, body in enumerate(bodies[start : start + 3]):  # one dispatched, two wait
+            now += 0.001
+            broker.receive(b"C%d" % offset, [C, b"\x01", b"echo", body], now)
+        out = broker.take_outgoing()
+        for _ in range(3):
+            [client] = [frames[2] for peer, frames in out if peer == b"W1"]
+            now += 0.001
+            broker.receive(b"W1", [W, b"\x05"], now)  # the worker stays alive
+            broker.receive(b"W1", [W, b"\x04", client, b"", b"ok"], now)
+            out = broker.take_outgoing()
+            assert len(broker.flushed()) == 1
+        assert len(broker._timers) <= 1024 + 4  # stale entries dropped: 2,000 without
+    del out, body
+    assert broker.requests() == []
+    assert broker.held_bytes() == 0
+    assert [sys.getrefcount(body) for body in bodies] == baseline

@@ -383,6 +383,7 @@ class _Silence:
 _WORKER_TIMER: Final = 0
 _SILENCE_TIMER: Final = 1
 _QUEUE_TIMER: Final = 2
+_COMPACT_SLACK: Final = 1024  # stale heap entries tolerated beyond the live ones
 
 
 # --- the broker -------------------------------------------------------------------------------
@@ -412,6 +413,7 @@ class Broker:
         # taken off wherever a request leaves ``_clients``.
         self._held_bytes = 0
         self._timers: DeadlineHeap[tuple[int, Any]] = DeadlineHeap()
+        self._compact_at = _COMPACT_SLACK  # heap size that triggers _compact_timers
         self._outbox: list[tuple[bytes, Relayed]] = []
         # Client replies not yet confirmed by ``flushed`` (MDP-D-24), by *sequence number*: the
         # messages ever taken are numbered from 0 in order (``_taken`` so far; the outbox last
@@ -701,10 +703,34 @@ class Broker:
             silence.timer_at = silence.until
             self._timers.push(silence.until, (_SILENCE_TIMER, silence))
 
+    def _queued_request(self, key: tuple[bytes, int]) -> RequestRecord | None:
+        """The request a queue timer names, if it is still in its queue."""
+        record = self._dispatcher.service(key[0])
+        return None if record is None else record.queue.get(key[1])
+
+    def _compact_timers(self) -> None:
+        """Drop the heap's stale entries once they are as many as the live ones (queue timers of
+        requests dispatched early, mostly): the heap stays within twice what it must hold."""
+
+        def live(deadline: float, entry: tuple[int, Any]) -> bool:
+            kind, record = entry
+            if kind == _QUEUE_TIMER:
+                request = self._queued_request(record)
+                return request is not None and request.expires_at == deadline
+            if kind == _WORKER_TIMER:
+                current: WorkerRecord | _Silence | None = self._workers.get(record.peer)
+            else:
+                current = self._silenced.get(record.peer)
+            return current is not None and current is record and current.timer_at == deadline
+
+        self._timers.compact(live)
+        self._compact_at = 2 * len(self._timers) + _COMPACT_SLACK
+
     def _queue_timer(
-        self, request: RequestRecord, deadline: float, now: float, events: list[BrokerEvent]
+        self, key: tuple[bytes, int], deadline: float, now: float, events: list[BrokerEvent]
     ) -> None:
-        if request.state is not RequestState.QUEUED or request.expires_at != deadline:
+        request = self._queued_request(key)
+        if request is None or request.expires_at != deadline:
             return  # dispatched, done, or re-queued since (with a timer of its own)
         self._dispatcher.unqueue(request)
         del self._clients[request.client]
@@ -1121,5 +1147,10 @@ class Broker:
         if self._unarmed:
             for request in self._unarmed:
                 if request.state is RequestState.QUEUED:
-                    self._timers.push(request.expires_at, (_QUEUE_TIMER, request))
+                    # By key, not the record: a request dispatched before its expiry leaves an
+                    # entry that must not keep its body alive (MDP-D-26).
+                    key = (request.service, request.request_id)
+                    self._timers.push(request.expires_at, (_QUEUE_TIMER, key))
+                    if len(self._timers) > self._compact_at:
+                        self._compact_timers()
             self._unarmed.clear()
