@@ -7,7 +7,7 @@ import pytest
 
 pytest.importorskip("prometheus_client", reason="the metrics extra: pip install '.[metrics]'")
 
-from domo.metrics import BrokerMetrics
+from domo.metrics import BrokerMetrics, read_status, serve_metrics
 from domo.protocol import BrokerConfig
 from domo.protocol.events import BrokerEvent
 from domo.protocol.family import FamilyBroker
@@ -51,3 +51,17 @@ def test_held_bytes_and_refusals_follow_the_core() -> None:
     assert broker.core.held_bytes() == 8 * KIB
     feed(broker.receive(b"W1", [W02, b"\x04", b"C2", b"", b"y" * (11 * KIB)], 0.6))  # too large
     assert broker.core.held_bytes() == 0
+
+
+def test_read_status_shows_the_bytes_held_and_the_refusals() -> None:
+    """``domo status`` (read_status) reads the held bytes, the bounds and the refusals."""
+    broker = FamilyBroker(CONFIG)
+    metrics = BrokerMetrics(CONFIG)
+    for client, size in [(b"C1", 8 * KIB), (b"C2", 11 * KIB)]:  # queued; refused (MDP-D-25)
+        for event in broker.receive(client, [C02, b"\x01", b"echo", b"x" * size], 0.0):
+            metrics.on_event(event)
+    host, port = serve_metrics("127.0.0.1:0", metrics)
+    status = read_status(f"http://{host}:{port}/metrics")
+    assert status.held_bytes == 8 * KIB
+    assert status.limits == {"held": 20 * KIB, "message": 10 * KIB, "peer": 20 * KIB}
+    assert status.refused == {"MDP-D-25": 1}

@@ -247,6 +247,9 @@ class Status:
     services: dict[str, ServiceStatus] = field(default_factory=dict)
     violations: dict[str, int] = field(default_factory=dict)
     worker_losses: dict[str, int] = field(default_factory=dict)
+    held_bytes: int = 0  # request bodies held (MDP-D-26)
+    limits: dict[str, int] = field(default_factory=dict)  # the byte bounds, by name
+    refused: dict[str, int] = field(default_factory=dict)  # requests refused, by rule
 
     def service(self, name: str) -> ServiceStatus:
         return self.services.setdefault(name, ServiceStatus(name))
@@ -281,6 +284,13 @@ def read_status(url: str, timeout: float = 5.0) -> Status:
                 status.violations[labels["rule"]] = value
             elif sample.name == "domo_worker_losses_total":
                 status.worker_losses[labels["reason"]] = value
+            elif sample.name == "domo_held_bytes":
+                status.held_bytes = value
+            elif sample.name == "domo_bytes_limit":
+                status.limits[labels["bound"]] = value
+            elif sample.name == "domo_requests_refused_total":
+                rule = labels["rule"]
+                status.refused[rule] = status.refused.get(rule, 0) + value
     if not seen:
         raise ValueError(f"{url} serves no domo broker metrics")
     return status
