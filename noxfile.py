@@ -95,7 +95,7 @@ def chaos(session: nox.Session) -> None:
     Options after ``--`` go to tests/chaos/harness.py (``--requests N``, ``--seed N``, ...)."""
     session.install("-e", ".", *group("test"))
     session.run("python", "tests/chaos/harness.py", "--requests", "10000", *session.posargs)
-    session.run("python", "tests/chaos/flood.py", "--seconds", "15", "--flooders", "2")
+    session.run("python", "tests/chaos/flood.py", "--seconds", "20", "--flooders", "2")
     session.run("python", "tests/chaos/slow_reader.py", "--seconds", "10")
 
 

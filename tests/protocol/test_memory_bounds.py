@@ -238,3 +238,49 @@ def test_a_request_that_waited_does_not_outlive_its_end() -> None:
     assert broker.requests() == []
     assert broker.held_bytes() == 0
     assert [sys.getrefcount(body) for body in bodies] == baseline
+
+
+def test_a_client_whose_pipe_was_full_is_refused_for_a_while() -> None:
+    """MDP-D-29: after ``peer_congested`` a client's REQUESTs are refused (with the rule) for
+    liveness x interval, its mmi.* requests still answered, other clients untouched; then it is
+    served again. The table of such clients is forgotten as they expire."""
+    broker = _broker(max_message_bytes=10 * KIB, max_held_bytes=100 * KIB, max_peer_bytes=20 * KIB)
+    _ready(broker, b"W1", 0.0)
+    _request(broker, b"C1", 10, 0.1)
+    [(worker, _)] = broker.take_outgoing()
+    assert worker == b"W1"
+    broker.receive(b"W1", [W, b"\x04", b"C1", b"", b"ok"], 0.2)
+    [(peer, _)] = broker.take_outgoing()
+    assert peer == b"C1"
+    events = broker.peer_congested(b"C1", 0.2, unsent=0)  # its FINAL did not fit
+    assert [(type(e), getattr(e, "reason", None)) for e in events] == [
+        (RequestDropped, "client-congested")
+    ]
+    assert broker.flushed() == []
+    events = _request(broker, b"C1", 10, 0.3)
+    assert events == [RequestRefused(b"C1", b"echo", "client-congested", 10, 0, "MDP-D-29", 0.3)]
+    assert broker.take_outgoing() == []
+    mmi = broker.receive(b"C1", [C, b"\x01", b"mmi.service", b"echo"], 0.4)
+    assert [type(e).__name__ for e in mmi] == ["MmiReplied"]
+    broker.take_outgoing()
+    broker.flushed()
+    assert [type(e) for e in _request(broker, b"C2", 10, 0.5)] == [RequestQueued, RequestDispatched]
+    broker.take_outgoing()
+    broker.receive(b"W1", [W, b"\x04", b"C2", b"", b"ok"], 0.6)
+    broker.take_outgoing()
+    broker.flushed()
+    # Just before liveness x interval (3 s) it is still refused; at it, served.
+    assert isinstance(_request(broker, b"C1", 10, 3.1999)[0], RequestRefused)
+    assert [type(e) for e in _request(broker, b"C1", 10, 3.2)] == [
+        RequestQueued,
+        RequestDispatched,
+    ]
+    assert broker._congested == {}
+
+
+def test_the_table_of_congested_clients_stays_bounded() -> None:
+    """MDP-D-29's memory: clients whose time is up are forgotten as new ones come."""
+    broker = _broker()
+    for index in range(5000):
+        broker.peer_congested(b"C%d" % index, index * 0.01)
+    assert len(broker._congested) <= 2 * 301 + 1024  # those of the last 3 s, and the slack

@@ -412,8 +412,11 @@ class Broker:
         # The body bytes of the requests in ``_clients`` (MDP-D-26): added on acceptance,
         # taken off wherever a request leaves ``_clients``.
         self._held_bytes = 0
+        # Clients whose pipe was full, and until when their requests are refused (MDP-D-29).
+        self._congested: dict[bytes, float] = {}
         self._timers: DeadlineHeap[tuple[int, Any]] = DeadlineHeap()
         self._compact_at = _COMPACT_SLACK  # heap size that triggers _compact_timers
+        self._congested_at = _COMPACT_SLACK  # table size that triggers forgetting
         self._outbox: list[tuple[bytes, Relayed]] = []
         # Client replies not yet confirmed by ``flushed`` (MDP-D-24), by *sequence number*: the
         # messages ever taken are numbered from 0 in order (``_taken`` so far; the outbox last
@@ -978,9 +981,12 @@ class Broker:
         if service.startswith(MMI_PREFIX):
             self._mmi(peer, service, body, now, events)
             return
+        if self._congested and self._refused_as_congested(peer, service, body, now, events):
+            return
         request = RequestRecord(self._last_request_id + 1, peer, service, body, now)
-        held = self._held_bytes + request.size
-        if request.size > self._max_message or held > self._max_held:
+        size = request.size
+        held = self._held_bytes + size
+        if size > self._max_message or held > self._max_held:
             self._refuse(request, now, events)
             return
         self._last_request_id += 1
@@ -988,6 +994,34 @@ class Broker:
         self._clients[peer] = request
         events.append(RequestQueued(request.request_id, peer, service, request.size, now))
         self._dispatch(self._queue(request, now, front=False), now, events)
+
+    def _refused_as_congested(
+        self, peer: bytes, service: bytes, body: Relayed, now: float, events: list[BrokerEvent]
+    ) -> bool:
+        """Refuse a REQUEST from a client whose pipe was full within the last
+        ``liveness * heartbeat_interval`` (MDP-D-29): its reply would be dropped again, after a
+        worker did the work."""
+        until = self._congested.get(peer)
+        if until is None:
+            return False
+        if now >= until:
+            del self._congested[peer]
+            return False
+        size = sum(map(len, body))
+        reason: RefusalReason = "client-congested"
+        events.append(
+            RequestRefused(peer, service, reason, size, self._held_bytes, "MDP-D-29", now)
+        )
+        return True
+
+    def _note_congested(self, peer: bytes, now: float) -> None:
+        """Remember a client whose pipe was full (MDP-D-29); forget the ones whose time is up
+        once there are many, so the table stays within twice its live entries."""
+        congested = self._congested
+        congested[peer] = now + self._span
+        if len(congested) > self._congested_at:
+            self._congested = {p: until for p, until in congested.items() if until > now}
+            self._congested_at = 2 * len(self._congested) + _COMPACT_SLACK
 
     def _refuse(self, request: RequestRecord, now: float, events: list[BrokerEvent]) -> None:
         """Refuse a REQUEST over a memory bound: hold nothing of it (MDP-D-25, MDP-D-26)."""
@@ -1026,6 +1060,8 @@ class Broker:
         own_lost = unsent is None
         if self._finals or self._cargo:
             own_lost = self._undelivered(peer, unsent, drop, now, events) or own_lost
+        if input_ is WorkerInput.CONGESTED:
+            self._note_congested(peer, now)
         request = self._clients.get(peer)
         if request is not None and own_lost:
             if request.state is RequestState.QUEUED:
