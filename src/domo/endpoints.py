@@ -11,13 +11,15 @@ Accepted forms:
   interface); PORT 1-65535, or, when binding only, ``0`` or ``*`` for a port the system picks.
 - ``ipc://PATH``: a non-empty path.
 - ``inproc://NAME``: a non-empty name (within one process only).
+
+``EndpointRing`` is the failover order of a client or worker given several brokers (MDP-D-28).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-__all__ = ["BIND_SCHEMES", "CONNECT_SCHEMES", "EndpointError", "check_endpoint"]
+__all__ = ["BIND_SCHEMES", "CONNECT_SCHEMES", "EndpointError", "EndpointRing", "check_endpoint"]
 
 BIND_SCHEMES = ("tcp", "ipc", "inproc")
 CONNECT_SCHEMES = ("tcp", "ipc", "inproc")
@@ -81,3 +83,32 @@ def _split_host_port(text: str, address: str) -> tuple[str, str]:
     if not colon:
         raise EndpointError(f"{text!r}: no port (e.g. {EXAMPLE})")
     return host, port
+
+
+class EndpointRing:
+    """The brokers a client or worker may use, one at a time, in failover order (MDP-D-28).
+
+    ``next()`` gives the endpoint for each new connection: the first, then the one after the
+    endpoint last given, round the list. A runtime calls it every time its session gives a
+    connection up (the broker lost, a DISCONNECT, a request timed out) and opens a new one, so a
+    peer moves on from a broker that stopped answering. With one endpoint, it is always that one.
+    """
+
+    __slots__ = ("_next", "endpoints")
+
+    def __init__(self, endpoints: str | Sequence[str]) -> None:
+        self.endpoints: tuple[str, ...] = (
+            (endpoints,) if isinstance(endpoints, str) else tuple(endpoints)
+        )
+        if not self.endpoints:
+            raise ValueError("at least one endpoint is needed")
+        self._next = 0
+
+    def next(self) -> str:
+        """The endpoint for the next connection."""
+        endpoint = self.endpoints[self._next]
+        self._next = (self._next + 1) % len(self.endpoints)
+        return endpoint
+
+    def __repr__(self) -> str:
+        return f"EndpointRing({list(self.endpoints)!r})"

@@ -64,7 +64,12 @@ _DEBUG = (
 _LEVELS: Final[dict[str, int]] = dict.fromkeys(_DEBUG, logging.DEBUG) | {
     "ProtocolViolation": logging.WARNING,
     "RequestDropped": logging.WARNING,
+    "RequestRefused": logging.WARNING,
 }
+
+
+# Events a remote peer can cause at line rate: logged at most ``burst`` a window per rule id.
+_LIMITED: Final = frozenset({"ProtocolViolation", "RequestRefused"})
 
 
 def level_of(event: object) -> int:
@@ -75,22 +80,25 @@ def level_of(event: object) -> int:
 def log_event(logger: logging.Logger, event: object) -> None:
     """Log ``event`` on ``logger`` at its level: a readable line, the event kept on the record.
 
-    Violations by remote peers are rate-limited (``ViolationLimiter``): a flood of garbage must
-    not flood the log, and what was left out is counted in the next line that is written.
+    Violations by remote peers, and requests refused at a memory bound, are rate-limited
+    (``ViolationLimiter``, per rule id): a flood of garbage or of oversized requests must not
+    flood the log, and what was left out is counted in the next line that is written.
     """
     level = level_of(event)
     if not logger.isEnabledFor(level):
         return
-    if type(event).__name__ == "ProtocolViolation":
+    kind = type(event).__name__
+    if kind in _LIMITED:
         allowed, suppressed = VIOLATIONS.admit(getattr(event, "rule", "?"))
         if not allowed:
             return
         if suppressed:
             logger.log(
                 level,
-                "%s (and %d more violations of %s left out of the log in the last %g s)",
+                "%s (and %d more %s of %s left out of the log in the last %g s)",
                 _Described(event),
                 suppressed,
+                "violations" if kind == "ProtocolViolation" else "refusals",
                 getattr(event, "rule", "?"),
                 VIOLATIONS.window,
                 extra={EVENT_ATTRIBUTE: event, "suppressed": suppressed},
@@ -206,6 +214,10 @@ _TEMPLATES: Final[dict[str, Callable[[Any], str]]] = {
     "RequestDropped": lambda e: (
         f"request {e.request_id} for {_text(e.service)} from client {peer_text(e.client)} "
         f"dropped: {e.reason} ({e.rule})"
+    ),
+    "RequestRefused": lambda e: (
+        f"request for {_text(e.service)} from client {peer_text(e.client)} refused: {e.reason} "
+        f"({e.rule}; {e.size} bytes, {e.held} held)"
     ),
     "MmiReplied": lambda e: (
         f"client {peer_text(e.client)} asked {_text(e.service)} about {_text(e.query)}: "

@@ -29,6 +29,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from domo.protocol.broker import BrokerConfig
 from domo.protocol.events import (
     BrokerEvent,
     MessageDropped,
@@ -40,6 +41,7 @@ from domo.protocol.events import (
     RequestExpired,
     RequestQueued,
     RequestRedispatched,
+    RequestRefused,
     WorkerDisconnected,
     WorkerExpired,
     WorkerRegistered,
@@ -52,7 +54,9 @@ LATENCY_BUCKETS: Final = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 
                           2.5, 5.0, 10.0, 30.0, 60.0)  # fmt: skip
 # A request dropped for these reasons stays with its worker until the worker's FINAL comes
 # (dropped then, MessageDropped) or the worker is lost: the worker is busy meanwhile.
-WORKER_CARRIES_ON: Final = frozenset({"client-unreachable", "client-congested"})
+WORKER_CARRIES_ON: Final = frozenset(
+    {"client-unreachable", "client-congested", "partial-too-large"}
+)
 MAX_SERVICES: Final = 1000  # distinct service labels; later services count under NO_SERVICE
 
 
@@ -63,7 +67,9 @@ def _text(name: bytes) -> str:
 class BrokerMetrics:
     """The broker's metrics, fed by its events; ``registry`` is what an exporter serves."""
 
-    def __init__(self) -> None:
+    def __init__(self, config: BrokerConfig | None = None) -> None:
+        """``config``: the broker's, whose byte bounds ``domo_bytes_limit`` shows (MDP-D-25 to
+        MDP-D-27); the defaults if not given."""
         from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
         self.registry = CollectorRegistry(auto_describe=True)
@@ -105,6 +111,19 @@ class BrokerMetrics:
         self.violations = Counter(
             "domo_violations", "Protocol violations by peers, by rule", ["rule"], registry=r
         )
+        self.refused = Counter(
+            "domo_requests_refused", "Requests refused at a memory bound, by reason and rule",
+            ["reason", "rule"], registry=r,
+        )  # fmt: skip
+        self.held = Gauge(
+            "domo_held_bytes", "Request bodies the broker holds (MDP-D-26)", registry=r
+        )
+        limits = Gauge("domo_bytes_limit", "The broker's byte bounds", ["bound"], registry=r)
+        config = config if config is not None else BrokerConfig()
+        limits.labels("held").set(config.max_held_bytes)  # MDP-D-26
+        limits.labels("message").set(config.max_message_bytes)  # MDP-D-25
+        limits.labels("peer").set(config.max_peer_bytes)  # MDP-D-27, each way
+        self._sizes: dict[int, int] = {}  # outstanding request id -> its body's bytes
         self._services: set[bytes] = set()  # the services that may be a label
         # Busy worker -> the request it holds (id, service), as the events tell it. A FINAL is
         # reported completed once it was sent (MDP-D-24), which can be after the worker's next
@@ -122,6 +141,8 @@ class BrokerMetrics:
             self.received.labels(service).inc()
             self._waiting[event.request_id] = service
             self.queued.labels(service).inc()
+            self._sizes[event.request_id] = event.size
+            self.held.inc(event.size)
         elif isinstance(event, RequestDispatched):
             service = self._service(event.service)
             self._leave_queue(event.request_id)
@@ -135,6 +156,7 @@ class BrokerMetrics:
             self.outcomes.labels(service, "completed").inc()
             self.latency.labels(service).observe(event.elapsed)
             self._release(event.worker, event.request_id)
+            self._unhold(event.request_id)
         elif isinstance(event, PartialForwarded):
             self.partials.labels(self._service(event.service)).inc()
         elif isinstance(event, RequestRedispatched):
@@ -145,11 +167,13 @@ class BrokerMetrics:
         elif isinstance(event, RequestExpired):
             self._leave_queue(event.request_id)
             self.outcomes.labels(self._service(event.service), "expired").inc()
+            self._unhold(event.request_id)
         elif isinstance(event, RequestDropped):
             service = self._service(event.service)
             self._leave_queue(event.request_id)
             self.outcomes.labels(service, "dropped").inc()
             self.dropped.labels(service, event.reason).inc()
+            self._unhold(event.request_id)
             if event.worker is not None and event.reason not in WORKER_CARRIES_ON:
                 self._release(event.worker, event.request_id)
         elif isinstance(event, MessageDropped):
@@ -166,6 +190,13 @@ class BrokerMetrics:
             self.workers.labels(self._service(event.service), state).dec()
         elif isinstance(event, ProtocolViolation):
             self.violations.labels(event.rule).inc()
+        elif isinstance(event, RequestRefused):
+            self.refused.labels(event.reason, event.rule).inc()
+
+    def _unhold(self, request_id: int) -> None:
+        size = self._sizes.pop(request_id, None)
+        if size is not None:
+            self.held.dec(size)
 
     def _leave_queue(self, request_id: int) -> None:
         service = self._waiting.pop(request_id, None)
@@ -216,6 +247,9 @@ class Status:
     services: dict[str, ServiceStatus] = field(default_factory=dict)
     violations: dict[str, int] = field(default_factory=dict)
     worker_losses: dict[str, int] = field(default_factory=dict)
+    held_bytes: int = 0  # request bodies held (MDP-D-26)
+    limits: dict[str, int] = field(default_factory=dict)  # the byte bounds, by name
+    refused: dict[str, int] = field(default_factory=dict)  # requests refused, by rule
 
     def service(self, name: str) -> ServiceStatus:
         return self.services.setdefault(name, ServiceStatus(name))
@@ -250,6 +284,13 @@ def read_status(url: str, timeout: float = 5.0) -> Status:
                 status.violations[labels["rule"]] = value
             elif sample.name == "domo_worker_losses_total":
                 status.worker_losses[labels["reason"]] = value
+            elif sample.name == "domo_held_bytes":
+                status.held_bytes = value
+            elif sample.name == "domo_bytes_limit":
+                status.limits[labels["bound"]] = value
+            elif sample.name == "domo_requests_refused_total":
+                rule = labels["rule"]
+                status.refused[rule] = status.refused.get(rule, 0) + value
     if not seen:
         raise ValueError(f"{url} serves no domo broker metrics")
     return status

@@ -716,7 +716,10 @@ async def test_a_body_too_large_for_the_heartbeat_is_named(domo: StartDomo) -> N
     does, heartbeats included, so the broker takes the worker for dead. The broker's log and the
     call's message say so, with the option to change, instead of "is the broker up?"."""
     beats = ["--heartbeat-interval", "0.05", "--liveness", "2"]
-    broker = await domo("broker", "--bind", "tcp://127.0.0.1:0", *beats)
+    # MDP-D-25, MDP-D-27: 300 MB passes, and a pipe holds 4 such messages (with 1, a HEARTBEAT
+    # waiting in the worker's pipe would make the REQUEST's send fail: the worker "congested").
+    bounds = ["--max-message-bytes=400M", "--max-peer-bytes=1600M", "--max-held-bytes=400M"]
+    broker = await domo("broker", "--bind", "tcp://127.0.0.1:0", *beats, *bounds)
     endpoint = await broker.endpoint()
     await domo("worker", "echo", "--connect", endpoint, *beats)
     await broker.line("WorkerRegistered:", "stderr")

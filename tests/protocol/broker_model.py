@@ -37,6 +37,7 @@ from domo.protocol.events import (
     RequestExpired,
     RequestQueued,
     RequestRedispatched,
+    RequestRefused,
     WorkerDisconnected,
     WorkerExpired,
     WorkerRegistered,
@@ -82,6 +83,8 @@ def summarize(event: BrokerEvent) -> Summary:
             return ("request-expired", rid, client, service, waited)
         case RequestDropped(rid, client, service, reason, worker, _):
             return ("dropped", rid, client, service, reason, worker)
+        case RequestRefused(client, service, reason, size, _, rule, _):
+            return ("refused", client, service, reason, size, rule)
         case MmiReplied(client, service, query, status, _):
             return ("mmi", client, service, query, status)
         case MessageDropped(peer, _, _):
@@ -181,6 +184,7 @@ class Model:
     silenced: dict[bytes, float] = field(default_factory=dict)  # peer -> end of its silence
     requests: dict[int, MRequest] = field(default_factory=dict)  # live, incl. abandoned
     clients: dict[bytes, int] = field(default_factory=dict)  # client -> outstanding request
+    congested: dict[bytes, float] = field(default_factory=dict)  # peer -> refused until (D-29)
     last_rid: int = 0
     out: list[Expected] = field(default_factory=list)
     events: list[Summary] = field(default_factory=list)
@@ -455,6 +459,9 @@ class Model:
                 status = b"501"  # MDP-M-02
             self.send(peer, (C, b"\x03", service, status))
             self.emit("mmi", peer, service, query, status)
+        elif self.now < self.congested.get(peer, float("-inf")):  # MDP-D-29
+            size = sum(map(len, body))
+            self.emit("refused", peer, service, "client-congested", size, "MDP-D-29")
         else:
             self.last_rid += 1
             r = MRequest(self.last_rid, peer, service, body, self.now, self.now)
@@ -466,6 +473,8 @@ class Model:
 
     def feedback(self, peer: bytes, kind: str) -> None:
         """``peer_unreachable`` (kind "unreachable") or ``peer_congested`` ("congested")."""
+        if kind == "congested":
+            self.congested[peer] = self.now + self.span  # MDP-D-29
         if peer in self.workers:
             self._remove(peer, kind, disconnect_sent=False)  # MDP-D-15
             self._silence(peer)

@@ -123,8 +123,12 @@ async def serve_broker(
                 routers.append(router)
                 socket = router.socket
                 socket.setsockopt(zmq.ROUTER_MANDATORY, 1)
-                socket.setsockopt(zmq.SNDHWM, hwm)
-                socket.setsockopt(zmq.RCVHWM, hwm)
+                # At most max_peer_bytes per pipe, each message at most max_message_bytes
+                # (MDP-D-27, MDP-D-25).
+                pipe = min(hwm, broker.config.pipe_messages)
+                socket.setsockopt(zmq.SNDHWM, pipe)
+                socket.setsockopt(zmq.RCVHWM, pipe)
+                socket.setsockopt(zmq.MAXMSGSIZE, broker.config.max_message_bytes)
                 if curve is not None:
                     curve.apply(socket)
                 socket.bind(endpoint)

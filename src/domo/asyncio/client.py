@@ -23,12 +23,14 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
+from collections.abc import Sequence
 from types import TracebackType
 from typing import Any, Self
 
 import zmq
 
 from domo.curve import CurveClient
+from domo.endpoints import EndpointRing
 from domo.protocol import ClientConfig, ClientSession, ClientState, mdp
 from domo.protocol.events import ClientEvent, PartialReceived, ReconnectRequired
 from domo.runtime import (
@@ -55,6 +57,7 @@ class _Slot:
     def __init__(self, client: Client) -> None:
         self.client = client
         self.session = ClientSession(client.config)
+        self.endpoints = EndpointRing(client.endpoints)  # each slot moves on by itself
         self.socket: AsyncConnection | None = None
         self.reconnect = True
         self.unsent: deque[tuple[bytes, ...]] = deque()
@@ -83,7 +86,7 @@ class _Slot:
             self.socket = AsyncConnection(self.client._context, zmq.DEALER)
             if self.client.curve is not None:
                 self.client.curve.apply(self.socket.socket)
-            self.socket.socket.connect(self.client.endpoint)
+            self.socket.socket.connect(self.endpoints.next())  # failover: MDP-D-28
             self.reconnect = False
             self.handle(self.session.connected(self.now()))
         return self.socket
@@ -140,11 +143,13 @@ class Client:
     ``RequestTimeout``. ``context`` (any ``zmq.Context``, ``zmq.asyncio.Context`` too; for
     ``inproc://``) replaces the fresh context the client otherwise makes and terminates on exit.
     ``curve`` (``domo.curve.CurveClient``) encrypts the connection to a CURVE broker.
+    ``endpoint`` may be several brokers' endpoints, in failover order (MDP-D-28). Each resend after
+    a timeout goes on a new socket to the next; give ``retries`` at least the number of brokers.
     """
 
     def __init__(
         self,
-        endpoint: str,
+        endpoint: str | Sequence[str],
         *,
         timeout: float = 2.5,
         retries: int = 3,
@@ -154,7 +159,8 @@ class Client:
     ) -> None:
         if concurrency < 1:
             raise ValueError(f"concurrency must be >= 1, got {concurrency}")
-        self.endpoint = endpoint
+        self.endpoints = EndpointRing(endpoint).endpoints  # in failover order (MDP-D-28)
+        self.endpoint = self.endpoints[0]
         self.curve = curve
         self.config = ClientConfig(timeout=timeout, retries=retries)
         self.concurrency = concurrency

@@ -26,12 +26,13 @@ import asyncio
 import logging
 import math
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, TypeAlias
 
 import zmq
 
 from domo.curve import CurveClient
+from domo.endpoints import EndpointRing
 from domo.protocol import WorkerConfig, WorkerSession, mdp
 from domo.protocol.events import (
     ReconnectRequired,
@@ -63,7 +64,7 @@ BATCH = 256
 
 
 async def run_worker(
-    endpoint: str,
+    endpoint: str | Sequence[str],
     service: str | bytes,
     handler: Handler,
     *,
@@ -84,6 +85,9 @@ async def run_worker(
     (``domo.runtime.handlers``). ``context`` (for ``inproc://``) replaces the fresh
     ``zmq.Context`` made (and terminated) here (a ``zmq.asyncio.Context`` will do too).
     ``curve`` (``domo.curve.CurveClient``) encrypts the connection to a CURVE broker.
+    ``endpoint`` may be several brokers' endpoints, in failover order (MDP-D-28). Each session moves
+    to the next when it gives a connection up (the broker silent for ``liveness`` intervals, or its
+    DISCONNECT).
     """
     if concurrency < 1:
         raise ValueError(f"concurrency must be >= 1, got {concurrency}")
@@ -114,7 +118,7 @@ class _Serving:
         self,
         session: WorkerSession,
         context: zmq.Context[Any],
-        endpoint: str,
+        endpoint: str | Sequence[str],
         handler: Handler,
         on_event: Callable[[WorkerEvent], None] | None,
         on_broker_heard: Callable[[], None] | None = None,
@@ -124,7 +128,7 @@ class _Serving:
         self._on_broker_heard = on_broker_heard
         self._heard = False  # a message arrived on the current socket
         self._context = context
-        self._endpoint = endpoint
+        self._endpoints = EndpointRing(endpoint)
         self._handler = handler
         self._on_event = on_event
         self._socket: AsyncConnection | None = None
@@ -161,7 +165,7 @@ class _Serving:
                 self._socket = AsyncConnection(self._context, zmq.DEALER)
                 if self.curve is not None:
                     self.curve.apply(self._socket.socket)
-                self._socket.socket.connect(self._endpoint)
+                self._socket.socket.connect(self._endpoints.next())  # failover: MDP-D-28
                 self._heard = False
                 self._handle(self.session.connected(self._now()))
             socket = self._socket

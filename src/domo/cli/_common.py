@@ -10,13 +10,14 @@ import logging
 import math
 import os
 import platform
+import re
 import signal
 import sys
 import textwrap
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from functools import partial
-from typing import Final, TypeVar
+from typing import Any, Final, TypeVar
 
 import trio
 import zmq
@@ -31,7 +32,7 @@ from domo.curve import (
     load_public_key,
 )
 from domo.endpoints import EndpointError, check_endpoint
-from domo.protocol import mdp
+from domo.protocol import BrokerConfig, mdp
 
 logger = logging.getLogger("domo.cli")
 
@@ -221,6 +222,36 @@ class _AppendDistinctEndpoint(argparse.Action):
         setattr(namespace, self.dest, [*given, values])
 
 
+def _add_memory_bounds(sub: argparse.ArgumentParser, defaults: BrokerConfig) -> None:
+    """The broker's byte bounds (specs/mdp-0.2.md, MDP-D-25 to MDP-D-27; docs/reliability.md)."""
+    mib = 1024 * 1024
+    sub.add_argument(
+        "--max-message-bytes",
+        type=_byte_size,
+        default=defaults.max_message_bytes,
+        metavar="SIZE",
+        help="the largest request or reply body; a larger request is refused, a larger reply "
+        f"ends its request (default: {defaults.max_message_bytes // mib}MiB)",
+    )
+    sub.add_argument(
+        "--max-held-bytes",
+        type=_byte_size,
+        default=defaults.max_held_bytes,
+        metavar="SIZE",
+        help="the request bodies held at once, all clients together; a request that would go "
+        f"over is refused (default: {defaults.max_held_bytes // mib}MiB)",
+    )
+    sub.add_argument(
+        "--max-peer-bytes",
+        type=_byte_size,
+        default=defaults.max_peer_bytes,
+        metavar="SIZE",
+        help="what one peer's pipe may hold each way: its high-water mark is this over "
+        "--max-message-bytes messages; a client that does not read its replies is dropped at "
+        f"that mark (default: {defaults.max_peer_bytes // mib}MiB)",
+    )
+
+
 def _add_curve_client_options(sub: argparse.ArgumentParser) -> None:
     sub.add_argument(
         "--curve-server-key",
@@ -286,16 +317,47 @@ def _or_env(convert: Callable[[str], T]) -> Callable[[str], T]:
     return converted
 
 
-def _add_connect_option(sub: argparse.ArgumentParser) -> None:
+def _add_connect_option(sub: argparse.ArgumentParser, *, several: bool = False) -> None:
+    """``--connect``; with ``several``, it may be repeated: brokers in failover order, all of
+    them in ``args.connects`` (None if not given), the first in ``args.connect``."""
+    more = (
+        "; repeat it for other brokers to fail over to, in order: a peer moves to the next "
+        "when it loses the one it is on (specs/mdp-0.2.md, MDP-D-28)"
+        if several
+        else ""
+    )
     sub.add_argument(
         "--connect",
         type=_or_env(partial(_endpoint, CONNECT_SCHEMES)),
         default=_env_default("--connect", DEFAULT_ENDPOINT),
         metavar="ENDPOINT",
+        action=_FailoverEndpoints if several else "store",
         help="the broker's endpoint, tcp:// or ipc:// (default: %(default)s"
         + _env_help("--connect")
-        + ")",
+        + ")"
+        + more,
     )
+    if several:
+        sub.set_defaults(connects=None)
+
+
+class _FailoverEndpoints(argparse.Action):
+    """``--connect`` given again: one more broker, in failover order (MDP-D-28)."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: str | Sequence[Any] | None,
+        option_string: str | None = None,
+    ) -> None:
+        assert isinstance(values, str)
+        given: list[str] = list(getattr(namespace, "connects", None) or [])
+        if values in given:
+            raise argparse.ArgumentError(self, f"{values} is given twice")
+        given.append(values)
+        namespace.connects = given
+        namespace.connect = given[0]
 
 
 def _add_heartbeat_options(sub: argparse.ArgumentParser, interval: float, liveness: int) -> None:
@@ -344,6 +406,24 @@ def _positive_int(text: str) -> int:
 
 def _count(text: str) -> int:
     return _integer(text, 0)
+
+
+_BYTE_SIZE: Final = re.compile(r"\s*(\d+)\s*(?:([KMG])(?:i?B)?|B)?\s*", re.IGNORECASE)
+_BYTE_UNITS: Final = {None: 1, "K": 1024, "M": 1024**2, "G": 1024**3}
+
+
+def _byte_size(text: str) -> int:
+    """A positive number of bytes, with an optional binary unit: 4194304, 4096K, 4M, 4MiB, 1G."""
+    match = _BYTE_SIZE.fullmatch(text)
+    if match is None:
+        raise argparse.ArgumentTypeError(
+            f"not a size: {text!r} (bytes, or with a unit: 4096K, 4M, 4MiB, 1G)"
+        )
+    digits, unit = match.groups()
+    value = int(digits) * _BYTE_UNITS[None if unit is None else unit.upper()]
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1 byte, got {text!r}")
+    return value
 
 
 def _service(text: str) -> str:

@@ -32,6 +32,7 @@ from domo.protocol.events import (
     WorkerDisconnected,
     WorkerExpired,
 )
+from domo.runtime import memory
 from domo.trio import (
     serve_broker,
 )
@@ -46,6 +47,7 @@ from ._common import (
     EXIT_USAGE,
     LARGE_BODY,
     _add_heartbeat_options,
+    _add_memory_bounds,
     _AppendDistinctEndpoint,
     _count,
     _endpoint,
@@ -99,6 +101,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="times a request goes back to its queue after its worker was lost, before it is "
         "dropped (default: %(default)s)",
     )
+    _add_memory_bounds(sub, defaults)
     sub.add_argument(
         "--trace-dir",
         metavar="DIR",
@@ -130,13 +133,31 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 # --- domo broker ------------------------------------------------------------------------------
 
 
+TRIM_INTERVAL: Final = 2.0  # seconds between two hand-backs of the heap's free pages
+
+
+async def _trim_memory() -> None:
+    """Give freed heap pages back to the system now and then (``domo.runtime.memory``): after a
+    flood the broker's RSS comes back down instead of staying at its peak (issue 14)."""
+    while True:
+        memory.trim()  # a no-op off glibc
+        await trio.sleep(TRIM_INTERVAL)
+
+
 async def _broker(args: argparse.Namespace) -> int:
-    config = BrokerConfig(
-        heartbeat_interval=args.heartbeat_interval,
-        liveness=args.liveness,
-        request_expiry=args.request_expiry,
-        max_redispatches=args.max_redispatches,
-    )
+    try:
+        config = BrokerConfig(
+            heartbeat_interval=args.heartbeat_interval,
+            liveness=args.liveness,
+            request_expiry=args.request_expiry,
+            max_redispatches=args.max_redispatches,
+            max_message_bytes=args.max_message_bytes,
+            max_held_bytes=args.max_held_bytes,
+            max_peer_bytes=args.max_peer_bytes,
+        )
+    except ValueError as bad:  # byte bounds that cannot hold one message of the largest size
+        print(f"domo broker: {bad}", file=sys.stderr)
+        return EXIT_USAGE
     completed = 0
     late_workers = LateWorkerWatch(config)
 
@@ -159,7 +180,7 @@ async def _broker(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
             return EXIT_USAGE
-        metrics = BrokerMetrics()
+        metrics = BrokerMetrics(config)
         try:
             host, port = serve_metrics(args.metrics, metrics)
         except OSError as error:
@@ -175,9 +196,11 @@ async def _broker(args: argparse.Namespace) -> int:
     serve = partial(
         serve_broker, config=config, on_event=on_event, trace_dir=args.trace_dir, curve=args.curve
     )
+    memory.fix_mmap_threshold()  # this process is a broker: large bodies go back when freed
     async with _graceful_stop("broker") as stop:
         with stop:
             async with trio.open_nursery() as nursery:
+                nursery.start_soon(_trim_memory)
                 bound: list[str] = await nursery.start(serve, *(args.bind or [DEFAULT_ENDPOINT]))
                 if args.curve is not None and args.curve.allow is not None:
                     nursery.start_soon(_reload_on_sighup, args.curve.allow)

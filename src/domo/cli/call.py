@@ -14,6 +14,7 @@ import sys
 
 import trio
 
+from domo.protocol import BrokerConfig
 from domo.trio import (
     Client,
     RemoteError,
@@ -59,7 +60,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     sub.add_argument(
         "body", metavar="BODY", nargs="*", default=[], help="one request frame each ('-': stdin)"
     )
-    _add_connect_option(sub)
+    _add_connect_option(sub, several=True)
     sub.add_argument(
         "--timeout",
         type=_positive_float,
@@ -130,7 +131,8 @@ async def _call(args: argparse.Namespace) -> int:
 async def _request(args: argparse.Namespace) -> int:
     """Send the request ``--repeat`` times on one client; the exit code of the last failure."""
     code = EXIT_OK
-    client = Client(args.connect, timeout=args.timeout, retries=args.retries, curve=args.curve)
+    endpoints = args.connects or [args.connect]  # failover order (MDP-D-28)
+    client = Client(endpoints, timeout=args.timeout, retries=args.retries, curve=args.curve)
     async with client:
         for _ in itertools.count() if args.repeat == 0 else range(args.repeat):
             code = await _request_once(client, args) or code
@@ -208,12 +210,26 @@ async def _why_no_reply(args: argparse.Namespace, attempts: int) -> str:
         else ""
     )
     size = sum(len(frame) for frame in args.frames)
+    default_bound = BrokerConfig().max_message_bytes
+    over = (  # MDP-D-25: the broker refuses it without a reply, or ZeroMQ cuts it off
+        f"; and a broker refuses a body over {default_bound // 2**20} MiB unless started with a "
+        "larger --max-message-bytes"
+        if size > default_bound
+        else ""
+    )
     if size >= LARGE_BODY:
         return (
             f"a worker serves {args.service!r}, but a body of {size / 1e6:.0f} MB may take "
             "longer to cross than the broker's liveness x heartbeat interval, so the broker "
             "can take its worker for dead and drop the request (its log says so); raise "
-            f"--heartbeat-interval on the broker and workers, or --timeout{repeated}"
+            f"--heartbeat-interval on the broker and workers, or --timeout{over}{repeated}"
+        )
+    if over:
+        return (
+            f"a worker serves {args.service!r}, but a body of {size / 1e6:.1f} MB is over the "
+            f"{default_bound // 2**20} MiB a broker takes by default: it refuses the request "
+            "without a reply unless started with a larger --max-message-bytes"
+            f"{repeated}"
         )
     return (
         f"a worker serves {args.service!r}, so the work takes longer than --timeout "

@@ -78,5 +78,9 @@ async def _status(args: argparse.Namespace) -> int:
     losses = ", ".join(f"{reason} {n}" for reason, n in sorted(status.worker_losses.items()))
     violations = ", ".join(f"{rule} {n}" for rule, n in sorted(status.violations.items()))
     print(f"workers lost: {losses or 'none'}")
+    if status.limits:  # a broker with the byte bounds (MDP-D-26)
+        refused = ", ".join(f"{rule} {n}" for rule, n in sorted(status.refused.items()))
+        held, limit = status.held_bytes, status.limits.get("held", 0)
+        print(f"request bytes held: {held} of {limit}; refused: {refused or 'none'}")
     print(f"violations: {violations or 'none'}", flush=True)
     return EXIT_OK

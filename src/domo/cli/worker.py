@@ -59,7 +59,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         _prepare_worker,
     )
     sub.add_argument("service", metavar="SERVICE", type=_service, help="the service name")
-    _add_connect_option(sub)
+    _add_connect_option(sub, several=True)
     sub.add_argument(
         "--concurrency",
         type=_positive_int,
@@ -136,9 +136,11 @@ async def _worker(args: argparse.Namespace) -> int:
     async with _graceful_stop("worker") as stop:
         with stop:
             async with trio.open_nursery() as nursery:
-                await nursery.start(work, args.connect, args.service, handler)
+                endpoints = args.connects or [args.connect]  # failover order (MDP-D-28)
+                await nursery.start(work, endpoints, args.service, handler)
                 if not watch.answered:
-                    print(f"domo worker: waiting for the broker at {args.connect}", flush=True)
+                    where = " or ".join(endpoints)
+                    print(f"domo worker: waiting for the broker at {where}", flush=True)
                 await trio.sleep_forever()
     print("domo worker: stopped", flush=True)
     return EXIT_OK

@@ -56,12 +56,14 @@ from .events import (
     MmiReplied,
     PartialForwarded,
     ProtocolViolation,
+    RefusalReason,
     RequestCompleted,
     RequestDispatched,
     RequestDropped,
     RequestExpired,
     RequestQueued,
     RequestRedispatched,
+    RequestRefused,
     ViolationAction,
     WorkerDisconnected,
     WorkerExpired,
@@ -85,6 +87,7 @@ __all__ = [
     "worker_transitions_for",
 ]
 
+MIB: Final = 1024 * 1024
 MMI_PREFIX: Final = b"mmi."
 MMI_SERVICE: Final = b"mmi.service"
 
@@ -95,6 +98,8 @@ _DROP_RULES: Final[dict[DropReason, str]] = {
     "client-unreachable": "MDP-D-15",
     "client-congested": "MDP-D-15",
     "broker-shutdown": "MDP-W-14",
+    "final-too-large": "MDP-D-25",
+    "partial-too-large": "MDP-D-25",
 }
 
 # What a client reply other than a FINAL carries, for the report of its delivery: a PARTIAL (its
@@ -115,12 +120,20 @@ class BrokerConfig:
     - ``request_expiry``: seconds a request may wait in a queue for a worker (MDP-C-11, MDP-D-11).
     - ``max_redispatches``: how many times a request may go back to its queue because its worker
       was lost, before it is dropped (MDP-D-08).
+    - ``max_message_bytes``: the largest body one request or reply may carry (MDP-D-25).
+    - ``max_held_bytes``: the request bodies the broker holds at once, all clients together
+      (MDP-D-26).
+    - ``max_peer_bytes``: the bytes one peer's pipe may hold each way; a runtime makes its
+      high-water mark ``pipe_messages`` messages (MDP-D-27).
     """
 
     heartbeat_interval: float = 2.5
     liveness: int = 3
     request_expiry: float = 60.0
     max_redispatches: int = 2
+    max_message_bytes: int = 4 * MIB
+    max_held_bytes: int = 256 * MIB
+    max_peer_bytes: int = 64 * MIB
 
     def __post_init__(self) -> None:
         if not self.heartbeat_interval > 0:
@@ -131,11 +144,29 @@ class BrokerConfig:
             raise ValueError(f"request_expiry must be > 0, got {self.request_expiry}")
         if self.max_redispatches < 0:
             raise ValueError(f"max_redispatches must be >= 0, got {self.max_redispatches}")
+        if self.max_message_bytes < 1:
+            raise ValueError(f"max_message_bytes must be >= 1, got {self.max_message_bytes}")
+        if self.max_held_bytes < self.max_message_bytes:
+            raise ValueError(
+                f"max_held_bytes ({self.max_held_bytes}) must be >= max_message_bytes "
+                f"({self.max_message_bytes}): else no request of the largest size fits"
+            )
+        if self.max_peer_bytes < self.max_message_bytes:
+            raise ValueError(
+                f"max_peer_bytes ({self.max_peer_bytes}) must be >= max_message_bytes "
+                f"({self.max_message_bytes}): a pipe must hold one message of the largest size"
+            )
 
     @property
     def expiry_span(self) -> float:
         """Silence after which a peer is dead: ``liveness * heartbeat_interval``."""
         return self.liveness * self.heartbeat_interval
+
+    @property
+    def pipe_messages(self) -> int:
+        """The high-water mark a runtime gives each peer's pipe, both ways (MDP-D-27): as many
+        messages of the largest size as ``max_peer_bytes`` holds."""
+        return self.max_peer_bytes // self.max_message_bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -445,6 +476,7 @@ _MDP02_TRAITS: Final = PeerTraits()
 _WORKER_TIMER: Final = 0
 _SILENCE_TIMER: Final = 1
 _QUEUE_TIMER: Final = 2
+_COMPACT_SLACK: Final = 1024  # stale heap entries tolerated beyond the live ones
 
 
 # --- the broker -------------------------------------------------------------------------------
@@ -464,13 +496,22 @@ class Broker:
         self.config = config if config is not None else BrokerConfig()
         self._interval = self.config.heartbeat_interval
         self._span = self.config.expiry_span
+        self._max_message = self.config.max_message_bytes
+        self._max_held = self.config.max_held_bytes
         self._dispatcher = Dispatcher()
         self._workers: dict[bytes, WorkerRecord] = {}
         self._silenced: dict[bytes, _Silence] = {}
         self._clients: dict[bytes, RequestRecord] = {}  # peer -> its outstanding request
         self._traits: dict[bytes, PeerTraits] = {}  # peers whose traits are not MDP/0.2's
         self._tables: dict[PeerTraits, Mapping[tuple[PeerState, WorkerInput], Transition]] = {}
+        # The body bytes of the requests in ``_clients`` (MDP-D-26): added on acceptance,
+        # taken off wherever a request leaves ``_clients``.
+        self._held_bytes = 0
+        # Clients whose pipe was full, and until when their requests are refused (MDP-D-29).
+        self._congested: dict[bytes, float] = {}
         self._timers: DeadlineHeap[tuple[int, Any]] = DeadlineHeap()
+        self._compact_at = _COMPACT_SLACK  # heap size that triggers _compact_timers
+        self._congested_at = _COMPACT_SLACK  # table size that triggers forgetting
         self._outbox: list[tuple[bytes, Relayed]] = []
         # Client replies not yet confirmed by ``flushed`` (MDP-D-24), by *sequence number*: the
         # messages ever taken are numbered from 0 in order (``_taken`` so far; the outbox last
@@ -701,6 +742,10 @@ class Broker:
             client == peer for _, client, _ in self._cargo
         )
 
+    def held_bytes(self) -> int:
+        """The body bytes of the outstanding requests, counted against ``max_held_bytes``."""
+        return self._held_bytes
+
     def workers(self) -> dict[bytes, WorkerView]:
         """Every registered worker, in order of registration."""
         return {peer: self._worker_view(w) for peer, w in self._workers.items()}
@@ -901,13 +946,38 @@ class Broker:
             silence.timer_at = silence.until
             self._timers.push(silence.until, (_SILENCE_TIMER, silence))
 
+    def _queued_request(self, key: tuple[bytes, int]) -> RequestRecord | None:
+        """The request a queue timer names, if it is still in its queue."""
+        record = self._dispatcher.service(key[0])
+        return None if record is None else record.queue.get(key[1])
+
+    def _compact_timers(self) -> None:
+        """Drop the heap's stale entries once they are as many as the live ones (queue timers of
+        requests dispatched early, mostly): the heap stays within twice what it must hold."""
+
+        def live(deadline: float, entry: tuple[int, Any]) -> bool:
+            kind, record = entry
+            if kind == _QUEUE_TIMER:
+                request = self._queued_request(record)
+                return request is not None and request.expires_at == deadline
+            if kind == _WORKER_TIMER:
+                current: WorkerRecord | _Silence | None = self._workers.get(record.peer)
+            else:
+                current = self._silenced.get(record.peer)
+            return current is not None and current is record and current.timer_at == deadline
+
+        self._timers.compact(live)
+        self._compact_at = 2 * len(self._timers) + _COMPACT_SLACK
+
     def _queue_timer(
-        self, request: RequestRecord, deadline: float, now: float, events: list[BrokerEvent]
+        self, key: tuple[bytes, int], deadline: float, now: float, events: list[BrokerEvent]
     ) -> None:
-        if request.state is not RequestState.QUEUED or request.expires_at != deadline:
+        request = self._queued_request(key)
+        if request is None or request.expires_at != deadline:
             return  # dispatched, done, or re-queued since (with a timer of its own)
         self._dispatcher.unqueue(request)
         del self._clients[request.client]
+        self._held_bytes -= request.size
         events.append(
             RequestExpired(
                 request.request_id, request.client, request.service, now - request.queued_at, now
@@ -1108,6 +1178,11 @@ class Broker:
         if request.abandoned:
             events.append(MessageDropped(worker.peer, "PARTIAL for a client that is gone", now))
             return
+        size = sum(map(len, body))
+        if size > self._max_message:  # MDP-D-25: the worker finishes, nothing more is relayed
+            request.abandoned = True
+            self._end_request(request, "partial-too-large", worker.peer, now, events)
+            return
         request.partials += 1
         self._send_client(request.client, mdp.client_partial_frames(request.service, body))
         self._cargo.append((self._taken + len(self._outbox) - 1, request.client, request))
@@ -1117,7 +1192,7 @@ class Broker:
                 request.client,
                 request.service,
                 worker.peer,
-                sum(map(len, body)),
+                size,
                 now,
             )
         )
@@ -1128,8 +1203,11 @@ class Broker:
         request = self._dispatcher.release(worker)
         if request.abandoned:
             events.append(MessageDropped(worker.peer, "FINAL for a client that is gone", now))
+        elif (size := sum(map(len, body))) > self._max_message:  # MDP-D-25: not relayed
+            self._end_request(request, "final-too-large", worker.peer, now, events)
         else:
             del self._clients[request.client]
+            self._held_bytes -= request.size
             self._send_client(request.client, mdp.client_final_frames(request.service, body))
             # Completed once the runtime has sent it (flushed), dropped if it could not.
             completed = RequestCompleted(
@@ -1138,7 +1216,7 @@ class Broker:
                 request.service,
                 worker.peer,
                 request.partials,
-                sum(map(len, body)),
+                size,
                 now - request.received_at,
                 now,
             )
@@ -1183,11 +1261,59 @@ class Broker:
         if service.startswith(MMI_PREFIX) and (peer not in self._traits or self._traits[peer].mmi):
             self._mmi(peer, service, body, now, events)  # FAM-04: only where the dialect has it
             return
+        if self._congested and self._refused_as_congested(peer, service, body, now, events):
+            return
+        request = RequestRecord(self._last_request_id + 1, peer, service, body, now)
+        size = request.size
+        held = self._held_bytes + size
+        if size > self._max_message or held > self._max_held:
+            self._refuse(request, now, events)
+            return
         self._last_request_id += 1
-        request = RequestRecord(self._last_request_id, peer, service, body, now)
+        self._held_bytes = held
         self._clients[peer] = request
         events.append(RequestQueued(request.request_id, peer, service, request.size, now))
         self._dispatch(self._queue(request, now, front=False), now, events)
+
+    def _refused_as_congested(
+        self, peer: bytes, service: bytes, body: Relayed, now: float, events: list[BrokerEvent]
+    ) -> bool:
+        """Refuse a REQUEST from a client whose pipe was full within the last
+        ``liveness * heartbeat_interval`` (MDP-D-29): its reply would be dropped again, after a
+        worker did the work."""
+        until = self._congested.get(peer)
+        if until is None:
+            return False
+        if now >= until:
+            del self._congested[peer]
+            return False
+        size = sum(map(len, body))
+        reason: RefusalReason = "client-congested"
+        events.append(
+            RequestRefused(peer, service, reason, size, self._held_bytes, "MDP-D-29", now)
+        )
+        return True
+
+    def _note_congested(self, peer: bytes, now: float) -> None:
+        """Remember a client whose pipe was full (MDP-D-29); forget the ones whose time is up
+        once there are many, so the table stays within twice its live entries."""
+        congested = self._congested
+        congested[peer] = now + self._span
+        if len(congested) > self._congested_at:
+            self._congested = {p: until for p, until in congested.items() if until > now}
+            self._congested_at = 2 * len(self._congested) + _COMPACT_SLACK
+
+    def _refuse(self, request: RequestRecord, now: float, events: list[BrokerEvent]) -> None:
+        """Refuse a REQUEST over a memory bound: hold nothing of it (MDP-D-25, MDP-D-26)."""
+        if request.size > self._max_message:
+            reason: RefusalReason = "too-large"
+            rule = "MDP-D-25"
+        else:
+            reason, rule = "broker-full", "MDP-D-26"
+        refused = RequestRefused(
+            request.client, request.service, reason, request.size, self._held_bytes, rule, now
+        )
+        events.append(refused)
 
     def _mmi(
         self, peer: bytes, service: bytes, body: Relayed, now: float, events: list[BrokerEvent]
@@ -1214,6 +1340,8 @@ class Broker:
         own_lost = unsent is None
         if self._finals or self._cargo:
             own_lost = self._undelivered(peer, unsent, drop, now, events) or own_lost
+        if input_ is WorkerInput.CONGESTED:
+            self._note_congested(peer, now)
         request = self._clients.get(peer)
         if request is not None and own_lost:
             if request.state is RequestState.QUEUED:
@@ -1301,6 +1429,7 @@ class Broker:
         if not request.abandoned:
             request.state = RequestState.DONE
         del self._clients[request.client]
+        self._held_bytes -= request.size
         events.append(
             RequestDropped(
                 request.request_id,
@@ -1334,5 +1463,10 @@ class Broker:
         if self._unarmed:
             for request in self._unarmed:
                 if request.state is _QUEUED:
-                    self._timers.push(request.expires_at, (_QUEUE_TIMER, request))
+                    # By key, not the record: a request dispatched before its expiry leaves an
+                    # entry that must not keep its body alive (MDP-D-26).
+                    key = (request.service, request.request_id)
+                    self._timers.push(request.expires_at, (_QUEUE_TIMER, key))
+                    if len(self._timers) > self._compact_at:
+                        self._compact_timers()
             self._unarmed.clear()

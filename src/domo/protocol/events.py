@@ -53,6 +53,7 @@ __all__ = [
     "PartialReceived",
     "ProtocolViolation",
     "ReconnectRequired",
+    "RefusalReason",
     "RequestAbandoned",
     "RequestCompleted",
     "RequestDispatched",
@@ -62,6 +63,7 @@ __all__ = [
     "RequestQueued",
     "RequestReceived",
     "RequestRedispatched",
+    "RequestRefused",
     "RequestSent",
     "ViolationAction",
     "WorkerConnected",
@@ -111,6 +113,14 @@ DropReason: TypeAlias = Literal[
     "client-unreachable",  # the client's connection is gone
     "client-congested",  # the client does not read its replies
     "broker-shutdown",  # the broker is stopping
+    "final-too-large",  # the worker's FINAL is over max_message_bytes (MDP-D-25)
+    "partial-too-large",  # a PARTIAL is over max_message_bytes; the worker carries on (MDP-D-25)
+]
+
+RefusalReason: TypeAlias = Literal[
+    "too-large",  # the body is over max_message_bytes (MDP-D-25)
+    "broker-full",  # accepting it would take the held request bodies over max_held_bytes (MDP-D-26)
+    "client-congested",  # its client's pipe was full a moment ago: it is not reading (MDP-D-29)
 ]
 
 
@@ -240,6 +250,25 @@ class RequestDropped:
 
 
 @event
+class RequestRefused:
+    """A REQUEST was not accepted because of a memory bound: the broker holds nothing of it, and
+    its client gets no reply (MDP/0.2 has no error reply for clients); it may retry later.
+
+    ``rule`` is ``MDP-D-25`` (``too-large``), ``MDP-D-26`` (``broker-full``) or ``MDP-D-29``
+    (``client-congested``); ``size`` is the body's bytes, ``held`` the request bytes the broker
+    held when it refused.
+    """
+
+    client: bytes
+    service: bytes
+    reason: RefusalReason
+    size: int
+    held: int
+    rule: str
+    at: float
+
+
+@event
 class MmiReplied:
     """The broker answered an ``mmi.*`` request itself with ``status`` ("200", "404", "501")."""
 
@@ -273,6 +302,7 @@ BrokerEvent: TypeAlias = (
     | RequestCompleted
     | RequestExpired
     | RequestDropped
+    | RequestRefused
     | MmiReplied
     | MessageDropped
     | ProtocolViolation

@@ -15,7 +15,7 @@ heap from ever comparing two payloads.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Generic, TypeVar
 
 __all__ = ["DeadlineHeap"]
@@ -48,6 +48,16 @@ class DeadlineHeap(Generic[T]):
         """True if some entry has ``deadline <= now``."""
         heap = self._heap
         return bool(heap) and heap[0][0] <= now
+
+    def compact(self, live: Callable[[float, T], bool]) -> None:
+        """Drop every entry for which ``live(deadline, payload)`` is false, in O(n).
+
+        Entries of records that left early (a queued request dispatched at once) would otherwise
+        stay until their deadline; an owner that calls this once the heap is twice its live
+        entries keeps it within a constant factor of them, at amortized O(1) per push.
+        """
+        self._heap = [entry for entry in self._heap if live(entry[0], entry[2])]
+        heapq.heapify(self._heap)  # the sequence numbers keep their order
 
     def pop_due(self, now: float) -> Iterator[tuple[float, T]]:
         """Pop and yield every entry with ``deadline <= now``, earliest first.

@@ -33,13 +33,14 @@ import math
 import threading
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from types import TracebackType
 from typing import Any, Final, Self
 
 import zmq
 
 from domo.curve import CurveClient
+from domo.endpoints import EndpointRing
 from domo.protocol import ClientConfig, ClientSession, ClientState, mdp
 from domo.protocol.events import ClientEvent, PartialReceived, ReconnectRequired
 from domo.runtime import (
@@ -68,6 +69,7 @@ class _Slot:
     def __init__(self, client: Client) -> None:
         self.client = client
         self.session = ClientSession(client.config)
+        self.endpoints = EndpointRing(client.endpoints)  # each slot moves on by itself
         self.socket: zmq.Socket[bytes] | None = None
         self.reconnect = True  # open a new socket before the next use
         self.unsent: deque[tuple[bytes, ...]] = deque()  # taken from the outbox; pipe was full
@@ -96,7 +98,7 @@ class _Slot:
             self.socket = self.client._context.socket(zmq.DEALER)
             if self.client.curve is not None:
                 self.client.curve.apply(self.socket)
-            self.socket.connect(self.client.endpoint)
+            self.socket.connect(self.endpoints.next())  # failover: MDP-D-28
             self.reconnect = False
             self.handle(self.session.connected(self.now()))
         return self.socket
@@ -163,11 +165,13 @@ class Client:
     ``RequestTimeout``. ``context`` (for ``inproc://``) replaces the fresh ZeroMQ context the
     client otherwise makes and terminates on ``close``. Use it as a context manager, or call
     ``close``. ``curve`` (``domo.curve.CurveClient``) encrypts the connection to a CURVE broker.
+    ``endpoint`` may be several brokers' endpoints, in failover order (MDP-D-28). Each resend after
+    a timeout goes on a new socket to the next; give ``retries`` at least the number of brokers.
     """
 
     def __init__(
         self,
-        endpoint: str,
+        endpoint: str | Sequence[str],
         *,
         timeout: float = 2.5,
         retries: int = 3,
@@ -177,7 +181,8 @@ class Client:
     ) -> None:
         if concurrency < 1:
             raise ValueError(f"concurrency must be >= 1, got {concurrency}")
-        self.endpoint = endpoint
+        self.endpoints = EndpointRing(endpoint).endpoints  # in failover order (MDP-D-28)
+        self.endpoint = self.endpoints[0]
         self.curve = curve
         self.config = ClientConfig(timeout=timeout, retries=retries)
         self.concurrency = concurrency

@@ -32,12 +32,13 @@ import math
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Final, TypeAlias
 
 import zmq
 
 from domo.curve import CurveClient
+from domo.endpoints import EndpointRing
 from domo.protocol import WorkerConfig, WorkerSession, mdp
 from domo.protocol.events import ReconnectRequired, RequestReceived, WorkerEvent
 from domo.runtime import (
@@ -68,7 +69,7 @@ BATCH: Final = 256
 
 
 def run_worker(
-    endpoint: str,
+    endpoint: str | Sequence[str],
     service: str | bytes,
     handler: Handler,
     *,
@@ -88,7 +89,9 @@ def run_worker(
     ``on_event`` sees every event of every session; ``on_broker_heard`` is called when a session
     first hears from the broker on a new socket. A generator handler's ``yield Partial(body)`` is
     sent at once (``domo.runtime.handlers``). ``curve`` (``domo.curve.CurveClient``) encrypts
-    the connection to a CURVE broker.
+    the connection to a CURVE broker. ``endpoint`` may be several brokers' endpoints, in
+    failover order (MDP-D-28): each session moves to the next when it gives a connection up (the
+    broker silent for ``liveness`` intervals, or its DISCONNECT).
     """
     if concurrency < 1:
         raise ValueError(f"concurrency must be >= 1, got {concurrency}")
@@ -136,7 +139,7 @@ class _Serving:
         self,
         session: WorkerSession,
         context: zmq.Context[zmq.Socket[bytes]],
-        endpoint: str,
+        endpoint: str | Sequence[str],
         handler: Handler,
         on_event: Callable[[WorkerEvent], None] | None,
         linger: float,
@@ -148,7 +151,7 @@ class _Serving:
         self._on_broker_heard = on_broker_heard
         self._heard = False  # a message arrived on the current socket
         self._context = context
-        self._endpoint = endpoint
+        self._endpoints = EndpointRing(endpoint)
         self._handler = handler
         self._on_event = on_event
         self._linger = linger
@@ -200,7 +203,7 @@ class _Serving:
         socket = self._socket = self._context.socket(zmq.DEALER)
         if self._curve is not None:
             self._curve.apply(socket)
-        socket.connect(self._endpoint)
+        socket.connect(self._endpoints.next())  # failover: MDP-D-28
         self._heard = False
         self._handle(self.session.connected(self._now()))
         return True

@@ -200,8 +200,12 @@ class ZmqTransport:
         context: zmq.Context[zmq.Socket[bytes]] | None = None,
         *,
         curve: CurveServer | CurveClient | None = None,
+        max_message_bytes: int | None = None,
     ) -> None:
         self._owned = context is None
+        # ZMQ_MAXMSGSIZE of the sockets ``bind`` makes: a peer sending a larger frame is
+        # disconnected by ZeroMQ before the broker holds it (MDP-D-25). None: no limit.
+        self.max_message_bytes = max_message_bytes
         self.context: zmq.Context[zmq.Socket[bytes]] = zmq.Context() if context is None else context
         self.curve = curve
 
@@ -214,6 +218,8 @@ class ZmqTransport:
             socket.setsockopt(zmq.ROUTER_MANDATORY, 1)
             socket.setsockopt(zmq.SNDHWM, hwm)
             socket.setsockopt(zmq.RCVHWM, hwm)
+            if self.max_message_bytes is not None:
+                socket.setsockopt(zmq.MAXMSGSIZE, self.max_message_bytes)
             if isinstance(self.curve, CurveServer):
                 self.curve.apply(socket)
             elif self.curve is not None:

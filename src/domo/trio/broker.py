@@ -82,9 +82,14 @@ async def serve_broker(
 
     ``task_status.started`` receives the endpoints as bound (a ``:0`` or ``*`` port resolved).
     ``on_event`` sees every event of the core, in order, for logging or metrics; it must not
-    block. ``hwm`` is the ROUTER's send and receive high-water mark, per peer; a peer that does
-    not read is reported to the core when its pipe is full (MDP-D-15). ``context`` (for
-    ``inproc://``) or ``transport`` (for ``domo.trio.testing``) replace the default fresh context.
+    block. ``hwm`` caps the ROUTER's send and receive high-water mark, per peer, which is
+    ``config.pipe_messages`` if that is lower (the default: ``max_peer_bytes`` over
+    ``max_message_bytes``, MDP-D-27); a peer that does not read is reported to the core when its
+    pipe is full (MDP-D-15). ZeroMQ refuses any frame over ``config.max_message_bytes``.
+    An NNG endpoint's socket is shared by all its peers, so it takes ``hwm`` as given, for its
+    replies waiting to be sent and its pool of contexts.
+    ``context`` (for ``inproc://``) or ``transport`` (for ``domo.trio.testing``) replace the
+    default fresh context.
     ``trace_dir``: write request traces there (``domo.trace``, needs pyarrow; docs/traces.md).
     ``curve`` (``domo.curve.CurveServer``): CURVE on every endpoint, with the broker's key pair;
     if it has an allow-list, a ZAP handler in the broker's context admits only those client and
@@ -109,7 +114,16 @@ async def serve_broker(
         recorder = TraceRecorder(trace_dir, wall_anchor=time.time() - trio.current_time())
     if curve is not None and transport is not None:
         raise ValueError("curve applies to the default ZeroMQ transport, not to a given one")
-    net = transport if transport is not None else ZmqTransport(context, curve=curve)
+    limits = broker.config
+    # A ZeroMQ pipe is one peer's: it holds at most max_peer_bytes (MDP-D-27). An NNG socket
+    # is every peer's at once (a context per request in flight), so it keeps ``hwm``.
+    socket_hwm = hwm
+    hwm = min(hwm, limits.pipe_messages)
+    net = (
+        transport
+        if transport is not None
+        else ZmqTransport(context, curve=curve, max_message_bytes=limits.max_message_bytes)
+    )
     zap = None
 
     def emit(events: Iterable[BrokerEvent]) -> None:
@@ -132,7 +146,7 @@ async def serve_broker(
             if endpoint.startswith(NNG_SCHEME):
                 from ._nng import NngConnection  # pynng: the nng extra, checked above
 
-                nng_conn = NngConnection(endpoint, hwm=hwm, limit=hwm)
+                nng_conn = NngConnection(endpoint, hwm=socket_hwm, limit=socket_hwm)
                 conns.append(nng_conn)
                 nng_conns.append(nng_conn)
                 bound.append(nng_conn.bound())

@@ -40,6 +40,7 @@ from __future__ import annotations
 import logging
 import math
 from collections import deque
+from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
 from types import TracebackType
 from typing import Self
@@ -48,6 +49,7 @@ import trio
 import zmq
 
 from domo.curve import CurveClient
+from domo.endpoints import EndpointRing
 from domo.protocol import ClientConfig, ClientSession, ClientState, mdp
 from domo.protocol.events import (
     ClientEvent,
@@ -76,6 +78,7 @@ class _Slot:
         self.client = client
         self.transport = transport
         self.session = ClientSession(client.config)
+        self.endpoints = EndpointRing(client.endpoints)  # each slot moves on by itself
         self.conn: Connection[bytes] | None = None
         self.reconnect_at: float | None = -math.inf  # None: keep this socket
         self.unsent: deque[tuple[bytes, ...]] = deque()  # taken from the outbox, pipe was full
@@ -104,7 +107,7 @@ class _Slot:
             if self.reconnect_at > trio.current_time():
                 await trio.sleep_until(self.reconnect_at)
             self.check_open()
-            self.conn = self.transport.connect(self.client.endpoint)
+            self.conn = self.transport.connect(self.endpoints.next())  # failover: MDP-D-28
             self.reconnect_at = None
             self.handle(self.session.connected(trio.current_time()))
         assert self.conn is not None
@@ -243,15 +246,17 @@ class Client:
     """MDP/0.2 client with up to ``concurrency`` requests in flight; use ``async with``.
 
     ``timeout``: seconds without a reply before a resend; ``retries``: resends before
-    ``RequestTimeout``. ``context`` (for ``inproc://``) or ``transport`` (for
-    ``domo.trio.testing``) replace the default fresh ZeroMQ context. ``curve``
-    (``domo.curve.CurveClient``: the broker's public key and this client's key pair) encrypts
-    the connection to a broker that requires CURVE (docs/security.md).
+    ``RequestTimeout``. ``endpoint`` may be several brokers' endpoints: each socket connects to
+    the first, and each resend after a timeout goes on a new socket to the next, round the list
+    (failover, MDP-D-28); give ``retries`` at least the number of brokers. ``context`` (for
+    ``inproc://``) or ``transport`` (for ``domo.trio.testing``) replace the default fresh ZeroMQ
+    context. ``curve`` (``domo.curve.CurveClient``: the broker's public key and this client's key
+    pair) encrypts the connection to a broker that requires CURVE (docs/security.md).
     """
 
     def __init__(
         self,
-        endpoint: str,
+        endpoint: str | Sequence[str],
         *,
         timeout: float = 2.5,
         retries: int = 3,
@@ -262,7 +267,8 @@ class Client:
     ) -> None:
         if concurrency < 1:
             raise ValueError(f"concurrency must be >= 1, got {concurrency}")
-        self.endpoint = endpoint
+        self.endpoints = EndpointRing(endpoint).endpoints  # in failover order (MDP-D-28)
+        self.endpoint = self.endpoints[0]
         self.config = ClientConfig(timeout=timeout, retries=retries)
         self.concurrency = concurrency
         self._context = context

@@ -40,20 +40,22 @@ import contextvars
 import logging
 import math
 import types
-from collections.abc import AsyncIterator, Awaitable, Callable, Generator
+from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Sequence
+from functools import partial
 from typing import Any, Protocol, TypeVar, cast
 
 import trio
 import zmq
 
 from domo.curve import CurveClient
+from domo.endpoints import EndpointRing
 from domo.protocol import WorkerConfig, WorkerSession, mdp
 from domo.protocol.events import RequestAbandoned, RequestReceived, WorkerEvent
 from domo.runtime.handlers import Body, HandlerError, Partial
 from domo.runtime.handlers import as_frames as _frames
 
 from ._pump import SessionPump, log_event
-from ._transport import Transport, ZmqTransport
+from ._transport import Connection, Transport, ZmqTransport
 from .errors import error_body
 
 __all__ = ["Body", "Handler", "Partial", "WorkerConfig", "run_worker"]
@@ -80,7 +82,7 @@ class Handler(Protocol):
 
 
 async def run_worker(
-    endpoint: str,
+    endpoint: str | Sequence[str],
     service: str | bytes,
     handler: Handler,
     *,
@@ -95,6 +97,10 @@ async def run_worker(
     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve ``service`` at the broker on ``endpoint`` with ``handler`` until cancelled.
+
+    ``endpoint`` may be several brokers' endpoints: each session connects to the first, and to
+    the next each time it gives a connection up (the broker silent for ``liveness`` heartbeat
+    intervals, or a DISCONNECT from it), round the list (failover, MDP-D-28).
 
     ``handler(body)`` gets each request's frames (``list[bytes]``) and answers either by
     returning the FINAL body (``bytes`` or a sequence of ``bytes``) from an ``async def``, or
@@ -125,9 +131,10 @@ async def run_worker(
             for _ in range(concurrency):
                 session = WorkerSession(name, config)
                 serving = _Serving(session, handler, on_event)
+                ring = EndpointRing(endpoint)  # each session moves on by itself (MDP-D-28)
                 pump = SessionPump(
                     session,
-                    lambda: net.connect(endpoint),
+                    partial(_connect_next, net, ring),
                     serving.on_event,
                     session.disconnect,
                     linger,
@@ -139,6 +146,10 @@ async def run_worker(
             task_status.started()
     finally:
         await net.aclose()
+
+
+def _connect_next(net: Transport, ring: EndpointRing) -> Connection[bytes]:
+    return net.connect(ring.next())
 
 
 class _Serving:
