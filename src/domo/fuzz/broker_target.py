@@ -328,6 +328,8 @@ class BrokerRun:
     wire: Wire = field(default_factory=Wire)  # the dialect of the peers the fuzzer plays
     misframed: Violation | None = None  # the last probe message not in the dialect's framing
     _probe_request_sent: float = 0.0  # when the last probe's REQUEST left (its round trip)
+    # The last probe's worker heard a HEARTBEAT after its REQUEST was sent: it was registered.
+    probe_registered: bool = False
     pacemaker: _Pacemaker = field(init=False)
 
     def __post_init__(self) -> None:
@@ -468,12 +470,14 @@ class BrokerRun:
                 )
             self.put(client, mdp.client_request_frames(service, [b"probe"]))
             self._probe_request_sent = time.monotonic()
-            got = _recv_until(
-                worker,
-                deadline,
-                self.worker_in,
-                lambda f: len(f) >= 5 and f[1] == mdp.W_REQUEST,
-            )
+            self.probe_registered = False
+
+            def dispatched(frames: list[bytes]) -> bool:
+                if list(frames[:2]) == list(_HEARTBEAT):
+                    self.probe_registered = True  # the broker has the worker's READY
+                return len(frames) >= 5 and frames[1] == mdp.W_REQUEST
+
+            got = _recv_until(worker, deadline, self.worker_in, dispatched)
             if got is None:
                 return False
             self.put(worker, mdp.worker_final_frames(got[2], [b"probe-ok"]))
@@ -598,6 +602,16 @@ class _Scenario:
         if r.required:
             self.arm("MDP-S-01")
 
+    def queued_for(self, service: bytes) -> bool:
+        return any(r.state == "queued" and r.service == service for r in self.requests.values())
+
+    def leave(self, w: _Worker) -> None:
+        """``w`` may or may not have been expired by the broker (its silence came near the
+        expiry): both outcomes are allowed, so the fuzzer stops judging it, as after garbage."""
+        self.lose(w, w.last_sent + self.t.dead_after)
+        self.unsure[w.service] = w.last_sent + self.t.dead_after
+        self.retire(w)
+
     def live_workers_of(self, service: bytes) -> list[_Worker]:
         return [w for w in self.workers if self.beats(w) and not w.dead and w.service == service]
 
@@ -613,11 +627,31 @@ class _Scenario:
             pending = any(w.sock is not None for w in self.workers) or bool(self.due)
             settle = time.monotonic()
             self.pump(settle + (self.t.dead_after if pending else self.t.slack))
+            # And until every window the scenario opened has closed (a request lost with its
+            # worker is due forward_window after that worker's expiry, which dead_after from
+            # the last step does not cover): what must arrive is judged, not cut short. Bounded.
+            open_until = min(self.open_windows(), settle + 2 * self.t.dead_after)
+            if open_until > time.monotonic():
+                self.pump(open_until + 0.005)
             if self.deferred_at is not None and self.deferred_at >= settle:
                 # Judging was put off while the broker stalled: give it the time it lost.
                 self.pump(time.monotonic() + self.t.dead_after)
             self.judge_heartbeat_rate()
             if not self.run.probe(self.tag, self.t.probe_timeout):
+                if self.run.probe_registered and self.run.probe(
+                    f"{self.tag}r", self.t.probe_timeout, registered_first=True
+                ):
+                    # It serves a REQUEST sent after its worker registered, but the probe's,
+                    # which may have come just before the READY, still waited while that worker
+                    # was registered and idle: not dispatched when the worker came.
+                    self.arm("MDP-C-10")
+                    self.flag(
+                        "MDP-C-10",
+                        "a request queued as a fresh worker of its service registered was not "
+                        f"dispatched to it within {self.t.probe_timeout:.1f} s (the broker "
+                        "serves one sent after the registration)",
+                    )
+                    return self.violations
                 rule = "MDP-W-16" if self.had_garbage else "MDP-A-01"
                 why = (
                     "after malformed messages the broker no longer serves a fresh worker and client"
@@ -634,6 +668,25 @@ class _Scenario:
                 self.retire(w)
             for sock in [*self.abandoned, *(c.sock for c in self.clients)]:
                 sock.close(linger=0)
+
+    def open_windows(self) -> float:
+        """When the last window still open closes: a reply due, an MMI answer due, a DISCONNECT
+        due, or a queued request that must be dispatched to a live idle worker of its service."""
+        t = self.t
+        ends = [since + t.forward_window for since, _, _ in self.due.values()]
+        ends += [c.mmi[1] + t.forward_window for c in self.clients if c.mmi is not None]
+        ends += [
+            w.expect_disconnect_since + t.dead_after
+            for w in self.workers
+            if w.expect_disconnect_since is not None
+        ]
+        for r in self.requests.values():
+            if r.state != "queued" or not r.required:
+                continue
+            idle = [w.idle_since for w in self.live_workers_of(r.service) if w.holding is None]
+            if idle:
+                ends.append(max(r.queued_since, min(idle)) + t.forward_window)
+        return max(ends, default=0.0)
 
     def judge_heartbeat_rate(self) -> None:
         # MDP-H-04 asks for heartbeats at the agreed interval: judged on the mean gap, so that
@@ -712,7 +765,16 @@ class _Scenario:
         if which == 2:
             name, allowed = f"fz.{self.run.run_id}.{self.tag}.nobody".encode(), {b"404"}
         else:
-            name = self.services[which]
+            # A busy worker's service (MDP-M-01: a worker serves it, idle or busy).
+            busy = [w.service for w in self.workers if w.holding is not None and self.beats(w)]
+            name = self.services[which] if which < SERVICES else (busy or self.services)[0]
+            # A worker whose READY may not have reached the broker yet leaves the answer open
+            # (200 or 404): let the workers of the service settle first, so that the answer is
+            # judged (at most forward_window).
+            fresh = [w.ready_at for w in self.live_workers_of(name)]
+            if fresh and max(fresh) + self.t.forward_window > now:
+                self.pump(max(fresh) + self.t.forward_window + 0.001)
+                now = due = time.monotonic()
             settled = [
                 w
                 for w in self.live_workers_of(name)
@@ -745,12 +807,19 @@ class _Scenario:
                 self.mmi(c, step.actor, step.arg % len(MMI_QUERIES))
             return
         w = self.workers[step.actor % len(self.workers)]
+        if step.kind == "reply":
+            self.await_dispatch()
         holders = [x for x in self.workers if x.holding is not None and self.beats(x)]
         if holders and ((step.kind == "die" and step.arg == 1) or step.kind == "reply"):
             # The holder dies, or replies: a reply from a worker that holds nothing would do
             # nothing, and which worker got the request is the broker's choice.
             w = w if w in holders else holders[0]
         actor = self.workers.index(w)
+        if self.beats(w) and now - w.last_sent > self.t.keep_alive_limit:
+            # The silence the fuzzer actually produced (a stall, or a pause that began well
+            # after its last heartbeat) is near the expiry: the broker may have expired it or
+            # not, and what this step sends would be judged as one of the two. Leave it.
+            self.leave(w)
         live = w.sock is not None and not w.dead and w.disconnected_at is None
         needs_ready = (
             step.kind in ("heartbeat", "disconnect", "die", "pause")
@@ -781,6 +850,8 @@ class _Scenario:
                     w.idle_since = w.ready_at = time.monotonic()
                     self.ever_served.add(w.service)
                     self.arm("MDP-H-04", "MDP-H-05")
+                    if self.queued_for(w.service):
+                        self.arm("MDP-C-10")  # a queued request is owed to it now
             case "reply":
                 if live and w.registered and w.holding is not None:
                     extra = REPLY_BODIES[step.arg // 3 % len(REPLY_BODIES)][1]
@@ -794,6 +865,8 @@ class _Scenario:
                         r.state = "done"
                     w.holding = w.lost_request = None
                     w.idle_since = time.monotonic()
+                    if self.queued_for(w.service):
+                        self.arm("MDP-A-05")  # the next queued request is owed to it now
             case "heartbeat":
                 if live and w.registered:
                     self.send(w, _HEARTBEAT)
@@ -829,8 +902,11 @@ class _Scenario:
                     self.retire(w)  # a zombie: whatever the broker says to it now is allowed
             case "pause":
                 if live and w.registered:
+                    # The silence is counted from the worker's last message, not from this step
+                    # (up to an interval later): the broker counts from what it last heard.
                     longest = self.t.liveness * self.t.interval - self.t.slack
-                    w.muted_until = now + max(0.0, min(step.arg * self.t.interval / 2, longest))
+                    until = min(now + step.arg * self.t.interval / 2, w.last_sent + longest)
+                    w.muted_until = max(now, until)
                     self.arm("MDP-H-05")
             case "unexpected":
                 self.unexpected(w, live, step.arg % 4)
@@ -852,6 +928,22 @@ class _Scenario:
                 if w.service:
                     self.unsure[w.service] = w.last_sent + self.t.dead_after
                 self.retire(w)
+
+    def await_dispatch(self) -> None:
+        """A reply needs a request held: if none is held but one is owed to an idle worker
+        (queued, a live worker of its service idle), wait for it, at most ``forward_window``."""
+        deadline = time.monotonic() + self.t.forward_window
+        while time.monotonic() < deadline:
+            if any(x.holding is not None and self.beats(x) for x in self.workers):
+                return
+            owed = any(
+                r.state == "queued"
+                and any(x.holding is None for x in self.live_workers_of(r.service))
+                for r in self.requests.values()
+            )
+            if not owed:
+                return
+            self.pump(min(deadline, time.monotonic() + 0.01))
 
     def unexpected(self, w: _Worker, live: bool, which: int) -> None:
         if which == 3:  # HEARTBEAT before READY, on a fresh socket
@@ -1007,9 +1099,7 @@ class _Scenario:
                 if now - w.last_sent > self.t.keep_alive_limit:
                     # The fuzzer itself was late with this worker's heartbeat (starved of CPU):
                     # the broker may rightly have expired it. Leave it, as after garbage.
-                    self.lose(w, w.last_sent + self.t.dead_after)
-                    self.unsure[w.service] = w.last_sent + self.t.dead_after
-                    self.retire(w)
+                    self.leave(w)
                     continue
                 self.send(w, _HEARTBEAT)
         pace = self.run.pacemaker
@@ -1088,17 +1178,22 @@ class _Scenario:
             ]
             if not idle:
                 continue
+            # The rule is the one whose promise fell due: the event that made the dispatch
+            # owed, the later of the request's queueing and the worker's becoming idle.
+            w = min(idle, key=lambda x: x.idle_since)
             if r.losses:
                 rule, why = "MDP-S-01", "after its worker was lost it was not resent"
-            elif r.no_worker_yet:
-                rule, why = "MDP-C-10", "it was sent before any worker served it"
+            elif w.idle_since > r.queued_since and w.idle_since == w.ready_at:
+                rule, why = "MDP-C-10", f"it was queued when {w.name} registered (READY)"
+            elif w.idle_since > r.queued_since:
+                rule, why = "MDP-A-05", f"it was queued when {w.name} sent its FINAL"
             else:
-                rule, why = "MDP-A-05", "it was queued"
+                rule, why = "MDP-A-05", f"it came while {w.name} was idle"
             r.required = False  # once is enough
-            waited = now - max(r.queued_since, idle[0].idle_since)
+            waited = now - max(r.queued_since, w.idle_since)
             self.flag(
                 rule,
-                f"a request of {key[0]!r} waited {waited:.2f} s while {idle[0].name} was idle "
+                f"a request of {key[0]!r} waited {waited:.2f} s while {w.name} was idle "
                 f"for its service ({why})",
             )
 
