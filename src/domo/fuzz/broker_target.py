@@ -25,7 +25,8 @@ each one reports:
 What must arrive, not only what may (each within ``forward_window``, from the agreed interval and
 the jitter measured during the run, :mod:`domo.fuzz.jitter`): a PARTIAL or FINAL a worker sent for
 a client still waiting (MDP-R-01); a queued request while a live worker of its service is idle
-(MDP-A-05, MDP-C-10 when it came before any worker, MDP-S-01 when its worker was lost); an MMI
+(MDP-S-01 when its worker was lost, else by the event that made it owed: MDP-C-10 when that
+worker registered after it was queued, MDP-A-05 when it sent a FINAL or was already idle); an MMI
 answer with the right code (MDP-M-01, MDP-M-02, unless ``mmi`` is off). Heartbeats at the interval:
 a broker whose mean gap between messages to a live worker exceeds ``heartbeat_gap_limit`` breaks
 MDP-H-04; the first probe measures the broker's interval and stops with "the intervals differ" when
@@ -201,7 +202,6 @@ class _Request:
     state: str = "queued"  # queued, held, done
     losses: int = 0
     partial_sent: bool = False
-    no_worker_yet: bool = False  # no live worker of its service when it was sent
     sibling: tuple[bytes, int] | None = None  # the other of two REQUESTs on one socket
     dispatched: bool = False
 
@@ -726,7 +726,7 @@ class _Scenario:
         body = tuple(ident if f == b"{id}" else f for f in template)
         now = time.monotonic()
         nobody = not self.live_workers_of(service)
-        self.requests[(c.address, c.seq)] = _Request(service, body, now, no_worker_yet=nobody)
+        self.requests[(c.address, c.seq)] = _Request(service, body, now)
         c.outstanding = (service, c.seq)
         self.run.put(c.sock, mdp.client_request_frames(service, list(body)))
         self.arm("MDP-S-03", "MDP-C-10" if nobody else "MDP-A-05")
