@@ -101,7 +101,12 @@ def one(
                 command=command,
                 **common,  # type: ignore[arg-type]
             )
-        result = fuzz(options, progress=None)
+        try:
+            result = fuzz(options, progress=None)
+        except Exception as error:  # a crash of the fuzzer is a result too, not the end of all
+            return {"role": role, "flaw": flaw, "rules": rules, "seed": seed, "found": False,
+                    "seconds": None, "examples": 0, "elapsed": 0.0,
+                    "others": [f"the fuzzer crashed: {error!r}"[:300]], "jitter": {}}  # fmt: skip
     finally:
         if proc is not None:
             proc.kill()

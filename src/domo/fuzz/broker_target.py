@@ -832,7 +832,9 @@ class _Scenario:
             # random scenarios rarely waste a step and shrinking keeps them short.
             self.do(Step("ready", actor, 0))
             self.pump(time.monotonic() + 0.005)
-            live = True
+            live = w.sock is not None and not w.dead and w.disconnected_at is None
+            if not (live and w.registered):
+                return  # left meanwhile (the broker or the fuzzer stalled): nothing to do
         match step.kind:
             case "ready" if step.arg == SERVICES:
                 # READY for a name the broker reserves for MMI (MDP-D-14): refused with DISCONNECT.
