@@ -176,6 +176,9 @@ class _Worker:
     gap_reported: bool = False
     idle_since: float = 0.0  # when it last became idle (READY or FINAL sent)
     ready_at: float = 0.0  # when it sent READY
+    # When the broker first sent it something after its READY: the READY has certainly arrived
+    # (a fresh socket's first message waits for its connection, which a loaded machine delays).
+    registered_seen: float | None = None
     last_beat: float | None = None  # the last message from the broker while it was live
     disconnect_rule: str = "MDP-W-15"  # the rule a missing DISCONNECT breaks
     lost_request: tuple[bytes, int] | None = None  # what it held when it was lost (a zombie's)
@@ -189,6 +192,7 @@ class _Client:
     outstanding: tuple[bytes, int] | None = None  # (service, seq)
     mmi: tuple[frozenset[bytes], float, str] | None = None  # answers allowed, asked at, rule
     other_seq: int | None = None  # a second REQUEST on this socket: its reply may come instead
+    created: float = field(default_factory=time.monotonic)  # when its socket was made
 
 
 @dataclass
@@ -602,13 +606,18 @@ class _Scenario:
         if r.required:
             self.arm("MDP-S-01")
 
+    def expired_by(self, w: _Worker) -> float:
+        """When the broker has certainly expired the silent ``w``: ``dead_after`` after its last
+        message, plus one interval, since a broker may check expiry on its heartbeat tick."""
+        return w.last_sent + self.t.dead_after + self.t.interval
+
     def queued_for(self, service: bytes) -> bool:
         return any(r.state == "queued" and r.service == service for r in self.requests.values())
 
     def leave(self, w: _Worker) -> None:
         """``w`` may or may not have been expired by the broker (its silence came near the
         expiry): both outcomes are allowed, so the fuzzer stops judging it, as after garbage."""
-        self.lose(w, w.last_sent + self.t.dead_after)
+        self.lose(w, self.expired_by(w))
         self.unsure[w.service] = w.last_sent + self.t.dead_after
         self.retire(w)
 
@@ -709,6 +718,7 @@ class _Scenario:
         self.sockets_made += 1
         c.address = f"{self.prefix}-c{actor}-{self.sockets_made}".encode()
         c.sock = self.run._socket(c.address)
+        c.created = time.monotonic()
         c.outstanding = c.other_seq = None
         c.mmi = None
         for token, (_, rule, _) in list(self.due.items()):
@@ -726,7 +736,10 @@ class _Scenario:
         body = tuple(ident if f == b"{id}" else f for f in template)
         now = time.monotonic()
         nobody = not self.live_workers_of(service)
-        self.requests[(c.address, c.seq)] = _Request(service, body, now)
+        # On a socket made a moment ago the REQUEST leaves only once the connection is up (a
+        # round trip through both ends): its window starts one forward_window after the socket.
+        since = max(now, c.created + self.t.forward_window)
+        self.requests[(c.address, c.seq)] = _Request(service, body, since)
         c.outstanding = (service, c.seq)
         self.run.put(c.sock, mdp.client_request_frames(service, list(body)))
         self.arm("MDP-S-03", "MDP-C-10" if nobody else "MDP-A-05")
@@ -850,6 +863,7 @@ class _Scenario:
                     self.send(w, mdp.worker_ready_frames(w.service))
                     w.registered = True
                     w.idle_since = w.ready_at = time.monotonic()
+                    w.registered_seen = None
                     self.ever_served.add(w.service)
                     self.arm("MDP-H-04", "MDP-H-05")
                     if self.queued_for(w.service):
@@ -882,7 +896,7 @@ class _Scenario:
             case "die":
                 if live and w.registered:
                     w.dead = True
-                    self.lose(w, w.last_sent + self.t.dead_after)
+                    self.lose(w, self.expired_by(w))
                     self.arm("MDP-H-07")
             case "late-final":
                 # Die first if alive; send the FINAL once the broker has certainly expired the
@@ -891,7 +905,7 @@ class _Scenario:
                     w.dead = True
                 held = w.holding or w.lost_request
                 if w.dead and w.sock is not None:
-                    self.lose(w, w.last_sent + self.t.dead_after)
+                    self.lose(w, self.expired_by(w))
                     self.pump(w.last_sent + self.t.dead_after + 0.01)
                 if w.dead and held is not None and w.sock is not None:
                     now = time.monotonic()
@@ -926,7 +940,7 @@ class _Scenario:
                 self.arm("MDP-W-16")
                 # The broker may treat this peer as invalid from now on; its request certainly
                 # goes back once the broker has expired it.
-                self.lose(w, w.last_sent + self.t.dead_after)
+                self.lose(w, self.expired_by(w))
                 if w.service:
                     self.unsure[w.service] = w.last_sent + self.t.dead_after
                 self.retire(w)
@@ -1171,11 +1185,14 @@ class _Scenario:
                 continue
             if now < self.unsure.get(r.service, 0.0) + window:
                 continue
+            # Idle for the broker too: since its READY or FINAL, and since the broker showed
+            # it has the READY (it sent the worker something).
             idle = [
                 w
                 for w in self.live_workers_of(r.service)
                 if w.holding is None
-                and now - w.idle_since > window
+                and w.registered_seen is not None
+                and now - max(w.idle_since, w.registered_seen) > window
                 and now - w.last_heard < self.t.dead_after
             ]
             if not idle:
@@ -1207,6 +1224,8 @@ class _Scenario:
             self.flag(error.rule, f"{w.name} received a malformed message: {error.reason}")
             return
         self.arm("MDP-W-08", self.run.wire.worker_rule)
+        if w.registered and w.registered_seen is None:
+            w.registered_seen = now
         if w.disconnected_at is not None and now - w.disconnected_at > self.t.slack:
             self.flag(
                 "MDP-W-13",
@@ -1283,7 +1302,7 @@ class _Scenario:
         r.state = "held"
         w.holding = key
         if w.dead:
-            self.lose(w, w.last_sent + self.t.dead_after)
+            self.lose(w, self.expired_by(w))
 
     def opaque(self, client: bytes) -> bytes:
         """The address the broker gave workers for the fuzzer's client ``client``."""
