@@ -208,6 +208,7 @@ class _Request:
     partial_sent: bool = False
     sibling: tuple[bytes, int] | None = None  # the other of two REQUESTs on one socket
     dispatched: bool = False
+    sent_at: float = 0.0  # when the client sent it (its window may start later)
 
 
 @dataclass
@@ -739,7 +740,7 @@ class _Scenario:
         # On a socket made a moment ago the REQUEST leaves only once the connection is up (a
         # round trip through both ends): its window starts one forward_window after the socket.
         since = max(now, c.created + self.t.forward_window)
-        self.requests[(c.address, c.seq)] = _Request(service, body, since)
+        self.requests[(c.address, c.seq)] = _Request(service, body, since, sent_at=now)
         c.outstanding = (service, c.seq)
         self.run.put(c.sock, mdp.client_request_frames(service, list(body)))
         self.arm("MDP-S-03", "MDP-C-10" if nobody else "MDP-A-05")
@@ -1202,9 +1203,9 @@ class _Scenario:
             w = min(idle, key=lambda x: x.idle_since)
             if r.losses:
                 rule, why = "MDP-S-01", "after its worker was lost it was not resent"
-            elif w.idle_since > r.queued_since and w.idle_since == w.ready_at:
+            elif w.idle_since > r.sent_at and w.idle_since == w.ready_at:
                 rule, why = "MDP-C-10", f"it was queued when {w.name} registered (READY)"
-            elif w.idle_since > r.queued_since:
+            elif w.idle_since > r.sent_at:
                 rule, why = "MDP-A-05", f"it was queued when {w.name} sent its FINAL"
             else:
                 rule, why = "MDP-A-05", f"it came while {w.name} was idle"
