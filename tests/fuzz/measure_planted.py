@@ -101,7 +101,12 @@ def one(
                 command=command,
                 **common,  # type: ignore[arg-type]
             )
-        result = fuzz(options, progress=None)
+        try:
+            result = fuzz(options, progress=None)
+        except Exception as error:  # a crash of the fuzzer is a result too, not the end of all
+            return {"role": role, "flaw": flaw, "rules": rules, "seed": seed, "found": False,
+                    "seconds": None, "examples": 0, "elapsed": 0.0,
+                    "others": [f"the fuzzer crashed: {error!r}"[:300]], "jitter": {}}  # fmt: skip
     finally:
         if proc is not None:
             proc.kill()
@@ -131,6 +136,7 @@ def main() -> int:
     parser.add_argument("--hog", type=int, nargs="?", const=1, default=0, metavar="N")
     parser.add_argument("--controls-only", action="store_true")
     parser.add_argument("--only", nargs="*", default=None, help="only these flaws (no controls)")
+    parser.add_argument("--control-roles", nargs="*", default=["broker", "worker", "client"])
     args = parser.parse_args()
     plants = [("broker", f, (r, *ALSO.get(f, ()))) for f, (r, _) in BROKER_PLANTS.items()]
     plants += [(role, f, (r,)) for (role, f), (r, _) in PEER_PLANTS.items()]
@@ -141,7 +147,7 @@ def main() -> int:
     controls = [] if args.only is not None else [
         (role, "domo", (), args.seed + i, args.control_budget)
         for i in range(args.controls)
-        for role in ("broker", "worker", "client")
+        for role in args.control_roles
     ]  # fmt: skip
     hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.hog)]
     started = time.monotonic()

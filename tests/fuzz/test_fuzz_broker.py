@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from domo.fuzz import (
     replay_broker,
     save_replay,
 )
+from domo.fuzz.broker_target import BrokerRun, Timing, _Scenario
 
 from .conftest import INTERVAL, LIVENESS
 
@@ -110,3 +112,28 @@ def test_control_planted_broker_conforms(planted: Callable[[str], str], tmp_path
     """The planted-broker harness with no flaw is clean, so the flaws alone are caught."""
     result = fuzz_broker(_options(planted("none"), tmp_path, examples=10), progress=None)
     assert result.findings == []
+
+
+def test_a_worker_silent_near_its_expiry_is_not_judged(
+    start_broker: Callable[[list[str]], str],
+) -> None:
+    """The fuzzer judges from the silence it actually produced: its own process stalled past a
+    worker's expiry (a real sleep, as a CPU hog would), so the broker may have expired the
+    worker, and READY from it again may be a new registration: no MDP-W-15 (nor any other)."""
+    endpoint = start_broker(
+        [sys.executable, "-m", "domo", "broker", "--bind", "tcp://127.0.0.1:0",
+         "--heartbeat-interval", str(INTERVAL), "--liveness", str(LIVENESS),
+         "--log-level", "error"]
+    )  # fmt: skip
+    run = BrokerRun(endpoint, Timing(INTERVAL, LIVENESS))
+    try:
+        # Every wait here is bounded (the probes' timeouts, the scenario's windows).
+        assert run.first_probe() == []
+        scenario = _Scenario(run, "stall")
+        scenario.do(Step("ready", 0, 0))
+        scenario.pump(time.monotonic() + 2 * INTERVAL)
+        time.sleep(LIVENESS * INTERVAL + 2 * INTERVAL)  # the fuzzer starved: no heartbeats
+        scenario.do(Step("unexpected", 0, 0))  # READY again, or anew after an expiry
+        assert scenario.play([]) == []
+    finally:
+        run.close()

@@ -15,7 +15,8 @@ from .conftest import INTERVAL, LIVENESS
 
 PLANTED = Path(__file__).with_name("planted_peers.py")
 S = Step
-WAITS = [S("wait", 0, 4)] * 8  # 1.6 s unanswered: the planted client's timeout is 1 s
+# "lose" leaves the request unanswered until the client asks again: the planted client's
+# timeout is 1 s.
 
 # (role, flaw) -> (rule, steps that show it)
 DIRECT: dict[tuple[str, str], tuple[str, list[Step]]] = {
@@ -31,10 +32,12 @@ DIRECT: dict[tuple[str, str], tuple[str, list[Step]]] = {
     ("worker", "never-gives-up"): ("MDP-H-06", [S("silence", 0, 8), S("wait", 0, 2)]),
     ("client", "ignore-service"): ("MDP-D-20", [S("wrong-service", 0, 0), S("wait", 0, 4)]),
     ("client", "partial-is-final"): ("MDP-C-05", [S("partial"), S("wait", 0, 4)]),
-    ("client", "resend-same-socket"): ("MDP-C-07", WAITS),
+    # A provocation the client ignores, then its timeout: the resend comes long after the
+    # provocation (later than the client's turnaround), so it is named MDP-C-07, not MDP-D-20.
+    ("client", "resend-same-socket"): ("MDP-C-07", [S("wrong-service", 0, 0), S("lose")]),
     ("client", "garbage-is-final"): ("MDP-W-08", [S("garbage", 0, 0), S("wait", 0, 4)]),
     ("client", "request-is-reply"): ("MDP-D-20", [S("garbage", 0, 6), S("wait", 0, 4)]),
-    ("client", "no-body-on-retry"): ("MDP-C-01", WAITS),
+    ("client", "no-body-on-retry"): ("MDP-C-01", [S("lose")]),
 }
 
 

@@ -25,7 +25,8 @@ each one reports:
 What must arrive, not only what may (each within ``forward_window``, from the agreed interval and
 the jitter measured during the run, :mod:`domo.fuzz.jitter`): a PARTIAL or FINAL a worker sent for
 a client still waiting (MDP-R-01); a queued request while a live worker of its service is idle
-(MDP-A-05, MDP-C-10 when it came before any worker, MDP-S-01 when its worker was lost); an MMI
+(MDP-S-01 when its worker was lost, else by the event that made it owed: MDP-C-10 when that
+worker registered after it was queued, MDP-A-05 when it sent a FINAL or was already idle); an MMI
 answer with the right code (MDP-M-01, MDP-M-02, unless ``mmi`` is off). Heartbeats at the interval:
 a broker whose mean gap between messages to a live worker exceeds ``heartbeat_gap_limit`` breaks
 MDP-H-04; the first probe measures the broker's interval and stops with "the intervals differ" when
@@ -175,6 +176,9 @@ class _Worker:
     gap_reported: bool = False
     idle_since: float = 0.0  # when it last became idle (READY or FINAL sent)
     ready_at: float = 0.0  # when it sent READY
+    # When the broker first sent it something after its READY: the READY has certainly arrived
+    # (a fresh socket's first message waits for its connection, which a loaded machine delays).
+    registered_seen: float | None = None
     last_beat: float | None = None  # the last message from the broker while it was live
     disconnect_rule: str = "MDP-W-15"  # the rule a missing DISCONNECT breaks
     lost_request: tuple[bytes, int] | None = None  # what it held when it was lost (a zombie's)
@@ -188,6 +192,7 @@ class _Client:
     outstanding: tuple[bytes, int] | None = None  # (service, seq)
     mmi: tuple[frozenset[bytes], float, str] | None = None  # answers allowed, asked at, rule
     other_seq: int | None = None  # a second REQUEST on this socket: its reply may come instead
+    created: float = field(default_factory=time.monotonic)  # when its socket was made
 
 
 @dataclass
@@ -201,9 +206,9 @@ class _Request:
     state: str = "queued"  # queued, held, done
     losses: int = 0
     partial_sent: bool = False
-    no_worker_yet: bool = False  # no live worker of its service when it was sent
     sibling: tuple[bytes, int] | None = None  # the other of two REQUESTs on one socket
     dispatched: bool = False
+    sent_at: float = 0.0  # when the client sent it (its window may start later)
 
 
 @dataclass
@@ -328,6 +333,8 @@ class BrokerRun:
     wire: Wire = field(default_factory=Wire)  # the dialect of the peers the fuzzer plays
     misframed: Violation | None = None  # the last probe message not in the dialect's framing
     _probe_request_sent: float = 0.0  # when the last probe's REQUEST left (its round trip)
+    # The last probe's worker heard a HEARTBEAT after its REQUEST was sent: it was registered.
+    probe_registered: bool = False
     pacemaker: _Pacemaker = field(init=False)
 
     def __post_init__(self) -> None:
@@ -468,12 +475,14 @@ class BrokerRun:
                 )
             self.put(client, mdp.client_request_frames(service, [b"probe"]))
             self._probe_request_sent = time.monotonic()
-            got = _recv_until(
-                worker,
-                deadline,
-                self.worker_in,
-                lambda f: len(f) >= 5 and f[1] == mdp.W_REQUEST,
-            )
+            self.probe_registered = False
+
+            def dispatched(frames: list[bytes]) -> bool:
+                if list(frames[:2]) == list(_HEARTBEAT):
+                    self.probe_registered = True  # the broker has the worker's READY
+                return len(frames) >= 5 and frames[1] == mdp.W_REQUEST
+
+            got = _recv_until(worker, deadline, self.worker_in, dispatched)
             if got is None:
                 return False
             self.put(worker, mdp.worker_final_frames(got[2], [b"probe-ok"]))
@@ -598,6 +607,21 @@ class _Scenario:
         if r.required:
             self.arm("MDP-S-01")
 
+    def expired_by(self, w: _Worker) -> float:
+        """When the broker has certainly expired the silent ``w``: ``dead_after`` after its last
+        message, plus one interval, since a broker may check expiry on its heartbeat tick."""
+        return w.last_sent + self.t.dead_after + self.t.interval
+
+    def queued_for(self, service: bytes) -> bool:
+        return any(r.state == "queued" and r.service == service for r in self.requests.values())
+
+    def leave(self, w: _Worker) -> None:
+        """``w`` may or may not have been expired by the broker (its silence came near the
+        expiry): both outcomes are allowed, so the fuzzer stops judging it, as after garbage."""
+        self.lose(w, self.expired_by(w))
+        self.unsure[w.service] = w.last_sent + self.t.dead_after
+        self.retire(w)
+
     def live_workers_of(self, service: bytes) -> list[_Worker]:
         return [w for w in self.workers if self.beats(w) and not w.dead and w.service == service]
 
@@ -613,11 +637,31 @@ class _Scenario:
             pending = any(w.sock is not None for w in self.workers) or bool(self.due)
             settle = time.monotonic()
             self.pump(settle + (self.t.dead_after if pending else self.t.slack))
+            # And until every window the scenario opened has closed (a request lost with its
+            # worker is due forward_window after that worker's expiry, which dead_after from
+            # the last step does not cover): what must arrive is judged, not cut short. Bounded.
+            open_until = min(self.open_windows(), settle + 2 * self.t.dead_after)
+            if open_until > time.monotonic():
+                self.pump(open_until + 0.005)
             if self.deferred_at is not None and self.deferred_at >= settle:
                 # Judging was put off while the broker stalled: give it the time it lost.
                 self.pump(time.monotonic() + self.t.dead_after)
             self.judge_heartbeat_rate()
             if not self.run.probe(self.tag, self.t.probe_timeout):
+                if self.run.probe_registered and self.run.probe(
+                    f"{self.tag}r", self.t.probe_timeout, registered_first=True
+                ):
+                    # It serves a REQUEST sent after its worker registered, but the probe's,
+                    # which may have come just before the READY, still waited while that worker
+                    # was registered and idle: not dispatched when the worker came.
+                    self.arm("MDP-C-10")
+                    self.flag(
+                        "MDP-C-10",
+                        "a request queued as a fresh worker of its service registered was not "
+                        f"dispatched to it within {self.t.probe_timeout:.1f} s (the broker "
+                        "serves one sent after the registration)",
+                    )
+                    return self.violations
                 rule = "MDP-W-16" if self.had_garbage else "MDP-A-01"
                 why = (
                     "after malformed messages the broker no longer serves a fresh worker and client"
@@ -634,6 +678,25 @@ class _Scenario:
                 self.retire(w)
             for sock in [*self.abandoned, *(c.sock for c in self.clients)]:
                 sock.close(linger=0)
+
+    def open_windows(self) -> float:
+        """When the last window still open closes: a reply due, an MMI answer due, a DISCONNECT
+        due, or a queued request that must be dispatched to a live idle worker of its service."""
+        t = self.t
+        ends = [since + t.forward_window for since, _, _ in self.due.values()]
+        ends += [c.mmi[1] + t.forward_window for c in self.clients if c.mmi is not None]
+        ends += [
+            w.expect_disconnect_since + t.dead_after
+            for w in self.workers
+            if w.expect_disconnect_since is not None
+        ]
+        for r in self.requests.values():
+            if r.state != "queued" or not r.required:
+                continue
+            idle = [w.idle_since for w in self.live_workers_of(r.service) if w.holding is None]
+            if idle:
+                ends.append(max(r.queued_since, min(idle)) + t.forward_window)
+        return max(ends, default=0.0)
 
     def judge_heartbeat_rate(self) -> None:
         # MDP-H-04 asks for heartbeats at the agreed interval: judged on the mean gap, so that
@@ -656,6 +719,7 @@ class _Scenario:
         self.sockets_made += 1
         c.address = f"{self.prefix}-c{actor}-{self.sockets_made}".encode()
         c.sock = self.run._socket(c.address)
+        c.created = time.monotonic()
         c.outstanding = c.other_seq = None
         c.mmi = None
         for token, (_, rule, _) in list(self.due.items()):
@@ -673,7 +737,10 @@ class _Scenario:
         body = tuple(ident if f == b"{id}" else f for f in template)
         now = time.monotonic()
         nobody = not self.live_workers_of(service)
-        self.requests[(c.address, c.seq)] = _Request(service, body, now, no_worker_yet=nobody)
+        # On a socket made a moment ago the REQUEST leaves only once the connection is up (a
+        # round trip through both ends): its window starts one forward_window after the socket.
+        since = max(now, c.created + self.t.forward_window)
+        self.requests[(c.address, c.seq)] = _Request(service, body, since, sent_at=now)
         c.outstanding = (service, c.seq)
         self.run.put(c.sock, mdp.client_request_frames(service, list(body)))
         self.arm("MDP-S-03", "MDP-C-10" if nobody else "MDP-A-05")
@@ -712,7 +779,16 @@ class _Scenario:
         if which == 2:
             name, allowed = f"fz.{self.run.run_id}.{self.tag}.nobody".encode(), {b"404"}
         else:
-            name = self.services[which]
+            # A busy worker's service (MDP-M-01: a worker serves it, idle or busy).
+            busy = [w.service for w in self.workers if w.holding is not None and self.beats(w)]
+            name = self.services[which] if which < SERVICES else (busy or self.services)[0]
+            # A worker whose READY may not have reached the broker yet leaves the answer open
+            # (200 or 404): let the workers of the service settle first, so that the answer is
+            # judged (at most forward_window).
+            fresh = [w.ready_at for w in self.live_workers_of(name)]
+            if fresh and max(fresh) + self.t.forward_window > now:
+                self.pump(max(fresh) + self.t.forward_window + 0.001)
+                now = due = time.monotonic()
             settled = [
                 w
                 for w in self.live_workers_of(name)
@@ -745,12 +821,19 @@ class _Scenario:
                 self.mmi(c, step.actor, step.arg % len(MMI_QUERIES))
             return
         w = self.workers[step.actor % len(self.workers)]
+        if step.kind == "reply":
+            self.await_dispatch()
         holders = [x for x in self.workers if x.holding is not None and self.beats(x)]
         if holders and ((step.kind == "die" and step.arg == 1) or step.kind == "reply"):
             # The holder dies, or replies: a reply from a worker that holds nothing would do
             # nothing, and which worker got the request is the broker's choice.
             w = w if w in holders else holders[0]
         actor = self.workers.index(w)
+        if self.beats(w) and now - w.last_sent > self.t.keep_alive_limit:
+            # The silence the fuzzer actually produced (a stall, or a pause that began well
+            # after its last heartbeat) is near the expiry: the broker may have expired it or
+            # not, and what this step sends would be judged as one of the two. Leave it.
+            self.leave(w)
         live = w.sock is not None and not w.dead and w.disconnected_at is None
         needs_ready = (
             step.kind in ("heartbeat", "disconnect", "die", "pause")
@@ -763,7 +846,9 @@ class _Scenario:
             # random scenarios rarely waste a step and shrinking keeps them short.
             self.do(Step("ready", actor, 0))
             self.pump(time.monotonic() + 0.005)
-            live = True
+            live = w.sock is not None and not w.dead and w.disconnected_at is None
+            if not (live and w.registered):
+                return  # left meanwhile (the broker or the fuzzer stalled): nothing to do
         match step.kind:
             case "ready" if step.arg == SERVICES:
                 # READY for a name the broker reserves for MMI (MDP-D-14): refused with DISCONNECT.
@@ -779,8 +864,11 @@ class _Scenario:
                     self.send(w, mdp.worker_ready_frames(w.service))
                     w.registered = True
                     w.idle_since = w.ready_at = time.monotonic()
+                    w.registered_seen = None
                     self.ever_served.add(w.service)
                     self.arm("MDP-H-04", "MDP-H-05")
+                    if self.queued_for(w.service):
+                        self.arm("MDP-C-10")  # a queued request is owed to it now
             case "reply":
                 if live and w.registered and w.holding is not None:
                     extra = REPLY_BODIES[step.arg // 3 % len(REPLY_BODIES)][1]
@@ -794,6 +882,8 @@ class _Scenario:
                         r.state = "done"
                     w.holding = w.lost_request = None
                     w.idle_since = time.monotonic()
+                    if self.queued_for(w.service):
+                        self.arm("MDP-A-05")  # the next queued request is owed to it now
             case "heartbeat":
                 if live and w.registered:
                     self.send(w, _HEARTBEAT)
@@ -807,7 +897,7 @@ class _Scenario:
             case "die":
                 if live and w.registered:
                     w.dead = True
-                    self.lose(w, w.last_sent + self.t.dead_after)
+                    self.lose(w, self.expired_by(w))
                     self.arm("MDP-H-07")
             case "late-final":
                 # Die first if alive; send the FINAL once the broker has certainly expired the
@@ -816,7 +906,7 @@ class _Scenario:
                     w.dead = True
                 held = w.holding or w.lost_request
                 if w.dead and w.sock is not None:
-                    self.lose(w, w.last_sent + self.t.dead_after)
+                    self.lose(w, self.expired_by(w))
                     self.pump(w.last_sent + self.t.dead_after + 0.01)
                 if w.dead and held is not None and w.sock is not None:
                     now = time.monotonic()
@@ -829,8 +919,11 @@ class _Scenario:
                     self.retire(w)  # a zombie: whatever the broker says to it now is allowed
             case "pause":
                 if live and w.registered:
+                    # The silence is counted from the worker's last message, not from this step
+                    # (up to an interval later): the broker counts from what it last heard.
                     longest = self.t.liveness * self.t.interval - self.t.slack
-                    w.muted_until = now + max(0.0, min(step.arg * self.t.interval / 2, longest))
+                    until = min(now + step.arg * self.t.interval / 2, w.last_sent + longest)
+                    w.muted_until = max(now, until)
                     self.arm("MDP-H-05")
             case "unexpected":
                 self.unexpected(w, live, step.arg % 4)
@@ -848,10 +941,26 @@ class _Scenario:
                 self.arm("MDP-W-16")
                 # The broker may treat this peer as invalid from now on; its request certainly
                 # goes back once the broker has expired it.
-                self.lose(w, w.last_sent + self.t.dead_after)
+                self.lose(w, self.expired_by(w))
                 if w.service:
                     self.unsure[w.service] = w.last_sent + self.t.dead_after
                 self.retire(w)
+
+    def await_dispatch(self) -> None:
+        """A reply needs a request held: if none is held but one is owed to an idle worker
+        (queued, a live worker of its service idle), wait for it, at most ``forward_window``."""
+        deadline = time.monotonic() + self.t.forward_window
+        while time.monotonic() < deadline:
+            if any(x.holding is not None and self.beats(x) for x in self.workers):
+                return
+            owed = any(
+                r.state == "queued"
+                and any(x.holding is None for x in self.live_workers_of(r.service))
+                for r in self.requests.values()
+            )
+            if not owed:
+                return
+            self.pump(min(deadline, time.monotonic() + 0.01))
 
     def unexpected(self, w: _Worker, live: bool, which: int) -> None:
         if which == 3:  # HEARTBEAT before READY, on a fresh socket
@@ -1007,9 +1116,7 @@ class _Scenario:
                 if now - w.last_sent > self.t.keep_alive_limit:
                     # The fuzzer itself was late with this worker's heartbeat (starved of CPU):
                     # the broker may rightly have expired it. Leave it, as after garbage.
-                    self.lose(w, w.last_sent + self.t.dead_after)
-                    self.unsure[w.service] = w.last_sent + self.t.dead_after
-                    self.retire(w)
+                    self.leave(w)
                     continue
                 self.send(w, _HEARTBEAT)
         pace = self.run.pacemaker
@@ -1079,26 +1186,34 @@ class _Scenario:
                 continue
             if now < self.unsure.get(r.service, 0.0) + window:
                 continue
+            # Idle for the broker too: since its READY or FINAL, and since the broker showed
+            # it has the READY (it sent the worker something).
             idle = [
                 w
                 for w in self.live_workers_of(r.service)
                 if w.holding is None
-                and now - w.idle_since > window
+                and w.registered_seen is not None
+                and now - max(w.idle_since, w.registered_seen) > window
                 and now - w.last_heard < self.t.dead_after
             ]
             if not idle:
                 continue
+            # The rule is the one whose promise fell due: the event that made the dispatch
+            # owed, the later of the request's queueing and the worker's becoming idle.
+            w = min(idle, key=lambda x: x.idle_since)
             if r.losses:
                 rule, why = "MDP-S-01", "after its worker was lost it was not resent"
-            elif r.no_worker_yet:
-                rule, why = "MDP-C-10", "it was sent before any worker served it"
+            elif w.idle_since > r.sent_at and w.idle_since == w.ready_at:
+                rule, why = "MDP-C-10", f"it was queued when {w.name} registered (READY)"
+            elif w.idle_since > r.sent_at:
+                rule, why = "MDP-A-05", f"it was queued when {w.name} sent its FINAL"
             else:
-                rule, why = "MDP-A-05", "it was queued"
+                rule, why = "MDP-A-05", f"it came while {w.name} was idle"
             r.required = False  # once is enough
-            waited = now - max(r.queued_since, idle[0].idle_since)
+            waited = now - max(r.queued_since, w.idle_since)
             self.flag(
                 rule,
-                f"a request of {key[0]!r} waited {waited:.2f} s while {idle[0].name} was idle "
+                f"a request of {key[0]!r} waited {waited:.2f} s while {w.name} was idle "
                 f"for its service ({why})",
             )
 
@@ -1110,6 +1225,8 @@ class _Scenario:
             self.flag(error.rule, f"{w.name} received a malformed message: {error.reason}")
             return
         self.arm("MDP-W-08", self.run.wire.worker_rule)
+        if w.registered and w.registered_seen is None:
+            w.registered_seen = now
         if w.disconnected_at is not None and now - w.disconnected_at > self.t.slack:
             self.flag(
                 "MDP-W-13",
@@ -1186,7 +1303,7 @@ class _Scenario:
         r.state = "held"
         w.holding = key
         if w.dead:
-            self.lose(w, w.last_sent + self.t.dead_after)
+            self.lose(w, self.expired_by(w))
 
     def opaque(self, client: bytes) -> bytes:
         """The address the broker gave workers for the fuzzer's client ``client``."""

@@ -58,6 +58,7 @@ class _Connection:
     asked_at: float = 0.0
     provoked: tuple[float, str] | None = None  # when, what (a key of _PROVOCATIONS)
     closed: bool = False
+    answered_at: float | None = None  # when its last request got a valid FINAL
 
 
 class ClientRun(BoundRun):
@@ -74,6 +75,9 @@ class ClientRun(BoundRun):
         self.connections: dict[bytes, _Connection] = {}
         self.names = itertools.count()
         self.latest: _Connection | None = None  # the connection of the newest REQUEST
+        # The client's turnarounds: how long after a valid FINAL its next REQUEST came, the
+        # time it takes to act on a reply (recent ones, newest last).
+        self.turnarounds: list[float] = []
 
     @property
     def patience(self) -> float:
@@ -86,8 +90,20 @@ class ClientRun(BoundRun):
 
     @property
     def blame_window(self) -> float:
-        """A REQUEST out of turn this soon after a provocation is blamed on it."""
-        return max(1.0, 4 * self.t.slack)
+        """A REQUEST out of turn this soon after a provocation is blamed on it: a client that
+        takes something for the end of its request acts on it as it acts on a FINAL, so within
+        twice its longest measured turnaround plus ``4 * slack``; 1 s before any is measured.
+        Later than that, the REQUEST is not a reaction (a resend on the same socket after a
+        timeout, say): MDP-C-07."""
+        if not self.turnarounds:
+            return max(1.0, 4 * self.t.slack)
+        return min(max(1.0, 4 * self.t.slack), 2 * max(self.turnarounds) + 4 * self.t.slack)
+
+    @property
+    def lose_timeout(self) -> float:
+        """How long a "lose" step waits for the client to give up on a request nobody answers
+        and ask again (MDP-C-08: it may, on a new socket)."""
+        return max(2.0, 2 * self.t.dead_after)
 
     def flag(self, rule: str, explanation: str) -> None:
         self.violations.append(Violation(rule, explanation))
@@ -114,6 +130,7 @@ class ClientRun(BoundRun):
             conn.provoked = (time.monotonic(), "partial")
         conn.outstanding = False
         self.to_client(conn, mdp.client_final_frames(conn.service, conn.body))
+        conn.answered_at = time.monotonic()
 
     # --- the probe and the scenario ----------------------------------------------------------
 
@@ -164,6 +181,13 @@ class ClientRun(BoundRun):
         match step.kind:
             case "answer":
                 self.answer(conn, step.arg)
+            case "lose":
+                # The broker lost the request: no answer at all, until the client asks again
+                # (on a new socket, MDP-C-08 recommends) or lose_timeout passes. What it then
+                # sends is judged as any REQUEST (MDP-C-01; MDP-C-07 on the same socket).
+                deadline = time.monotonic() + self.lose_timeout
+                while self.latest is conn and conn.outstanding and time.monotonic() < deadline:
+                    self.pump(min(deadline, time.monotonic() + 0.05))
             case "partial":
                 what = "partial"
                 self.to_client(conn, mdp.client_partial_frames(conn.service, (b"partial",)))
@@ -213,6 +237,9 @@ class ClientRun(BoundRun):
             return
         if conn.outstanding:
             self.too_soon(conn, now)
+        elif conn.answered_at is not None:
+            self.turnarounds = [*self.turnarounds[-9:], now - conn.answered_at]
+            conn.answered_at = None
         conn.service, conn.body = command.service, command.body
         conn.outstanding, conn.asked_at = True, now
         self.latest = conn

@@ -88,6 +88,7 @@ MMI_QUERIES: Final = (
     "mmi.service s1",
     "mmi.service of a name nobody serves",
     "mmi.nosuch (an MMI service that does not exist)",
+    "mmi.service of the service of a worker holding a request (else s0)",
 )
 # Replies from peers that hold no request for that client (``arg`` of a "stray-reply" step).
 STRAY_REPLIES: Final = (
@@ -213,11 +214,13 @@ CLIENT_TARGET_KINDS: Final[dict[str, str]] = {
     "partial": "unused",
     "wrong-service": "0 a FINAL, 1 a PARTIAL, naming another service",
     "garbage": "index into GARBAGE_TO_CLIENT",
+    "lose": "unused; no answer until the client asks again (its timeout)",
     "wait": "half heartbeat intervals",
 }
 _WEIGHTED_CLIENT_KINDS: Final = (
     *("answer", "wait") * 3,
     *("partial", "wrong-service", "garbage") * 2,
+    "lose",
 )
 
 
@@ -239,6 +242,7 @@ STEP_RULES: Final[dict[str, dict[str, tuple[str, ...]]]] = {
         "partial": ("MDP-C-05",),
         "wrong-service": ("MDP-D-20",),
         "garbage": ("MDP-W-08", "MDP-D-20"),
+        "lose": ("MDP-C-01", "MDP-C-07"),
         "wait": ("MDP-C-07", "MDP-C-02", "MDP-C-03"),
     },
 }
@@ -391,6 +395,8 @@ def _describe_to_client(step: Step) -> str:
             return f"broker: a {which} naming another service than the request's"
         case "garbage":
             return f"broker: malformed: {GARBAGE_TO_CLIENT[step.arg % len(GARBAGE_TO_CLIENT)][0]}"
+        case "lose":
+            return "broker: lose the client's request (no answer until it asks again)"
         case "wait":
             return f"wait {step.arg}/2 heartbeat intervals"
     return f"unknown step {step.kind!r}"

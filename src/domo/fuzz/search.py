@@ -321,6 +321,21 @@ def fuzz(options: FuzzOptions, progress: TextIO | None = sys.stderr) -> FuzzResu
                     result.findings.append(
                         _finding(options, violation, steps, first_seen.get(violation.rule))
                     )
+            # Shrinking keeps a scenario that breaks some new rule, not every one seen on the
+            # way: a rule another example of this round broke is reported too, with the
+            # shortest example that broke it, rather than lost until a later round meets it.
+            for seen_steps in [] if options.first else sorted(failing, key=len):
+                for violation in failing[seen_steps]:
+                    if violation.rule not in found:
+                        found.add(violation.rule)
+                        result.findings.append(
+                            _finding(
+                                options,
+                                violation,
+                                list(seen_steps),
+                                first_seen.get(violation.rule),
+                            )
+                        )
             if stop or not failing or (options.first and result.findings):
                 break
             if found & set(options.stop_after):

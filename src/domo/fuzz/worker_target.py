@@ -182,10 +182,15 @@ class WorkerRun(BoundRun):
             self.wait_for_worker(self.expect_ready[0] - time.monotonic())
             self.pump(time.monotonic() + 0.005)
         exited = self.peer.exited() if self.peer is not None else None
-        if exited is not None or not self.probe(self.reconnect_timeout):
+        # A worker that did not come back within reconnect_timeout is not waited for again.
+        if exited is not None or self.stayed_away() or not self.probe(self.reconnect_timeout):
             raise TargetDied(self.died(provoked, exited), self.violations)
         self.forget_closed()
         return self.violations
+
+    def stayed_away(self) -> bool:
+        """The worker did not come back within ``reconnect_timeout`` and is still away."""
+        return self.not_back is not None and self.current() is None
 
     def died(self, provoked: set[str], exited: int | None) -> Violation:
         if self.not_back is not None and exited is None:
@@ -215,8 +220,11 @@ class WorkerRun(BoundRun):
         if step.kind == "wait":
             self.pump(now + step.arg * self.t.interval / 2)
             return
+        if self.stayed_away():
+            return  # it did not come back within reconnect_timeout: waiting again adds nothing
         conn = self.wait_for_worker(self.reconnect_timeout)
         if conn is None:
+            self.pump(time.monotonic() + 0.01)  # an expectation overdue now is flagged
             return
         match step.kind:
             case "request":
