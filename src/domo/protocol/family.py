@@ -263,6 +263,8 @@ class FamilyBroker:
             self._withheld = []
         if self._answered:
             self._answered = 0
+        if self._refusals_at is not None:  # this outbox's refusals, if any, are placed below
+            self._refusals_at = None
         if self._routes or self._answers or self.bridged_out:
             self._core_taken = len(outbox)
             out = self._translate(outbox)
@@ -271,7 +273,6 @@ class FamilyBroker:
                 self._answers, self.bridged_out = [], []
                 self._answered = len(own)
                 out = own + out
-            self._refusals_at = None
             if self._refusals:  # FAM-05: after the core's, in the order they were made
                 self._refusals_at = len(out)
                 out += self._refusals
