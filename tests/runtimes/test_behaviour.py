@@ -205,9 +205,11 @@ def test_handler_that_raises(runtime: Runtime) -> None:
 
 
 def test_busy_worker_keeps_heartbeating(runtime: Runtime) -> None:
-    endpoint, broker_events = runtime.broker(LOCAL, BROKER, on_event := Events())[0], None
-    del broker_events
-    slow = 8 * INTERVAL  # far longer than the broker's liveness (3 intervals)
+    # A liveness of 6 intervals: a worker's loop held up 0.3 s on a loaded machine is not a
+    # silence this test is about; the job still lasts twice the broker's whole liveness span.
+    patient = BrokerConfig(heartbeat_interval=INTERVAL, liveness=6)
+    endpoint = runtime.broker(LOCAL, patient, on_event := Events())[0]
+    slow = 2 * patient.liveness * INTERVAL  # far longer than the broker's liveness span
     worker = runtime.worker(
         endpoint, "slow", lambda body: [("sleep", slow), ("yield", body)], WORKER
     )
