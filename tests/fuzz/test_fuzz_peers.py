@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
+import zmq
 
 from domo.fuzz import FuzzOptions, Replay, Step, fuzz, load_replay, replay_file, save_replay
+from domo.fuzz.broker_target import Timing
+from domo.fuzz.worker_target import WorkerRun
+from domo.protocol import mdp
 
 from .conftest import INTERVAL, LIVENESS
 
@@ -126,3 +132,45 @@ def test_replay_runs_again_against_a_peer(tmp_path: Path) -> None:
     assert "MDP-R-01" in [v.rule for v in replay_file(flawed, replay)]
     control = _options("worker", _planted("worker", "none"), tmp_path)
     assert replay_file(control, replay) == []
+
+
+def test_a_probe_abandoned_with_its_connection_is_sent_again() -> None:
+    """A worker may leave a connection holding the fuzzer's probe (a silence that began up to an
+    interval after the last HEARTBEAT reaches its liveness, MDP-H-06; the request is abandoned,
+    MDP-D-17): the probe goes again on the new connection, so a worker that serves there is not
+    reported as no longer answering (the false MDP-D-17 of the conformance run at f7231a0)."""
+    run = WorkerRun("tcp://127.0.0.1:0", Timing(INTERVAL, LIVENESS))
+    requests_seen: list[int] = []
+
+    def worker() -> None:  # leaves its first connection when the first REQUEST comes
+        context: zmq.Context[zmq.Socket[bytes]] = zmq.Context.instance()
+        deadline = time.monotonic() + 10.0
+        for connection in range(2):
+            socket = context.socket(zmq.DEALER)
+            socket.linger = 0
+            socket.connect(run.endpoint)
+            socket.send_multipart(mdp.worker_ready_frames(b"echo"))
+            try:
+                while time.monotonic() < deadline:
+                    if not socket.poll(50):
+                        continue
+                    frames = socket.recv_multipart()
+                    if frames[1] != mdp.W_REQUEST:
+                        continue
+                    requests_seen.append(connection)
+                    if connection == 0:
+                        break  # abandoned: a new socket, READY again
+                    client, body = frames[2], frames[4:]
+                    socket.send_multipart(mdp.worker_final_frames(client, body))
+                    return
+            finally:
+                socket.close()
+
+    peer = threading.Thread(target=worker)
+    peer.start()
+    try:
+        assert run.probe(8.0, first=True)
+    finally:
+        peer.join(timeout=15.0)
+        run.close()
+    assert requests_seen == [0, 1]

@@ -51,6 +51,7 @@ __all__ = ["WorkerRun"]
 _HEARTBEAT: Final = (mdp.WORKER_HEADER, mdp.W_HEARTBEAT)
 _DISCONNECT: Final = (mdp.WORKER_HEADER, mdp.W_DISCONNECT)
 _PROBE_BODY: Final = (b"domo-fuzz-probe",)
+_PROBE_ATTEMPTS: Final = 3  # a probe abandoned with its connection is sent again, this often
 
 
 @dataclass
@@ -150,19 +151,29 @@ class WorkerRun(BoundRun):
     # --- the probe and the scenario ----------------------------------------------------------
 
     def probe(self, timeout: float, *, first: bool = False) -> bool:
-        """Is a worker connected, and does it answer a request within ``timeout``?"""
-        conn = self.wait_for_worker(timeout, first=first)
-        if conn is None:
-            return False
-        address = b"probe-%d" % next(self.addresses)
-        self.to_worker(conn, mdp.worker_request_frames(address, _PROBE_BODY))
-        conn.holding[address] = time.monotonic() + self.reply_timeout
-        deadline = time.monotonic() + self.reply_timeout
-        while address in conn.holding and time.monotonic() < deadline and conn.usable:
-            self.pump(min(deadline, time.monotonic() + 0.05))
-        answered = address not in conn.holding and conn.usable
-        conn.holding.pop(address, None)
-        return answered
+        """Is a worker connected, and does it answer a request within ``timeout``?
+
+        A probe sent on a connection the worker then leaves for a new one (it may: a silence
+        that began up to an interval after the fuzzer's last HEARTBEAT can reach its liveness,
+        MDP-H-06) is abandoned with that connection, as MDP-D-17 says; it is sent again on the
+        new connection, a bounded number of times, within ``timeout``.
+        """
+        deadline = time.monotonic() + timeout
+        for _attempt in range(_PROBE_ATTEMPTS):
+            conn = self.wait_for_worker(deadline - time.monotonic(), first=first)
+            if conn is None:
+                return False
+            address = b"probe-%d" % next(self.addresses)
+            self.to_worker(conn, mdp.worker_request_frames(address, _PROBE_BODY))
+            conn.holding[address] = time.monotonic() + self.reply_timeout
+            replied_by = time.monotonic() + self.reply_timeout
+            while address in conn.holding and time.monotonic() < replied_by and conn.usable:
+                self.pump(min(replied_by, time.monotonic() + 0.05))
+            answered = address not in conn.holding and conn.usable
+            conn.holding.pop(address, None)
+            if answered or conn.usable or time.monotonic() >= deadline:
+                return answered
+        return False
 
     def run(self, steps: list[Step]) -> list[Violation]:
         """Play ``steps``; the violations seen (``TargetDied`` if the worker stops serving)."""
