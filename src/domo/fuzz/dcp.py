@@ -744,8 +744,17 @@ class _Scenario:
 
     # -- the scenario ----------------------------------------------------------------------------
 
-    def run(self) -> None:
+    def run(self, after_bad_input: str | None) -> None:
+        """Play the scenario; ``after_bad_input``: the earlier scenario that sent near misses,
+        if any (this one's first stranger must still be answered: DCP-23)."""
         rng = self.rng
+        opener = self.peer("s")
+        width = rng.choice(WIDTHS)
+        self.send(opener, [b"", HEADER, type_frame(PING, width)])
+        rule, why = "DCP-14", f"stranger {opener.name} pinged in width {width}"
+        if after_bad_input is not None:
+            rule, why = "DCP-23", f"after the near misses of {after_bad_input}, {why}"
+        self.expect(opener, RECONNECT, width, (), rule, why)
         for letter in "abc"[: rng.randint(1, 3)]:
             service = f"{self.tag}{letter}".encode()
             self.stable.append(service)
@@ -876,6 +885,7 @@ def fuzz_dcp(
     steps: Counter[str] = Counter()
     checked: Counter[str] = Counter()
     ran = unjudged = 0
+    bad_input: str | None = None
     context: Context = zmq.Context()
     try:
         _probe(context, endpoint, max(2.0, 6 * heartbeat_interval))
@@ -888,9 +898,11 @@ def fuzz_dcp(
                 context, endpoint, rng, f"d{seed}-{number}-", heartbeat_interval, liveness
             )
             try:
-                scenario.run()
+                scenario.run(bad_input)
             finally:
                 scenario.close_all()
+            if scenario.steps["near-miss"]:
+                bad_input = f"scenario {number}"
             steps.update(scenario.steps)
             checked.update(scenario.checked)
             if scenario.stalled():
