@@ -7,6 +7,7 @@ named by its rule of ``specs/dcp-v1.md``.
 
 from __future__ import annotations
 
+import random
 import subprocess
 import sys
 from collections.abc import Callable
@@ -15,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from domo.cli import EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE
-from domo.fuzz.dcp import fuzz_dcp
+from domo.fuzz.dcp import fuzz_dcp, near_misses
+from domo.protocol.dialects.dcp import HEADER, check
 
 from .conftest import INTERVAL, LIVENESS
 
@@ -85,3 +87,17 @@ def test_a_planted_dcp_mistake_is_found_by_its_rule(
     assert rule in found, result
     assert found[rule].seed == 1
     assert 0 <= found[rule].scenario < result.scenarios
+
+
+@pytest.mark.parametrize("width", [1, 4])
+def test_the_fuzzers_near_misses_are_what_the_codec_drops(width: int) -> None:
+    """DCP-23: every near miss the fuzzer sends is one the codec refuses (or no DCP at all),
+    but the reply from a peer holding no request, which is well formed (DCP-12): the fuzzer's
+    hand-written frames and ``domo.protocol.dialects.dcp`` agree on what is malformed."""
+    for frames, why, answered in near_misses(random.Random(width), width, b"svc"):
+        is_dcp = frames[0] == b"" and len(frames) > 1 and frames[1][:4] == b"DGBX"
+        is_dcp = is_dcp and len(frames[1]) == len(HEADER)
+        if answered:
+            assert check(frames[1:]) is None, why
+        elif is_dcp:
+            assert check(frames[1:]) is not None, why

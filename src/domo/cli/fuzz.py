@@ -315,7 +315,15 @@ async def _fuzz_memo01(args: argparse.Namespace) -> int:
 
 async def _fuzz_dcp(args: argparse.Namespace) -> int:
     """``domo fuzz --dialect dcp``: ``domo.fuzz.dcp``'s scenarios over ZeroMQ."""
-    from domo.fuzz.dcp import DcpUnreachable, fuzz_dcp
+    try:  # the module needs only pyzmq, but its package (domo.fuzz) imports Hypothesis
+        from domo.fuzz.dcp import DcpUnreachable, fuzz_dcp
+    except ImportError as error:
+        print(
+            "domo fuzz: needs hypothesis (pip install '.[fuzz]' in domo's source directory): "
+            f"{error}",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
 
     seed = args.seed if args.seed is not None else int.from_bytes(os.urandom(4), "big")
     run = partial(

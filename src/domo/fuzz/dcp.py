@@ -701,7 +701,7 @@ class _Scenario:
                 why = f"{worker.name}, registered in width {worker.width}, pinged in width {width}"
                 self.expect(worker, RECONNECT, width, (), "DCP-03", why)
         elif kind == "near-miss":
-            self.near_misses()
+            self.send_near_misses()
         elif kind == "vanish":
             service = f"{self.tag}v{self.requests}".encode()
             vanisher = self.worker(service)
@@ -743,7 +743,7 @@ class _Scenario:
             return
         self.steps[kind] += 1
 
-    def near_misses(self) -> None:
+    def send_near_misses(self) -> None:
         """Malformed messages from a stranger, a client or a worker; then a new peer's ping
         must still be answered (DCP-23)."""
         rng = self.rng
@@ -752,7 +752,7 @@ class _Scenario:
         for _ in range(rng.randint(1, 4)):
             sender = rng.choice(senders)
             width = rng.choice(WIDTHS)
-            frames, why, answered = near_miss(rng, width, rng.choice(services))
+            frames, why, answered = rng.choice(near_misses(rng, width, rng.choice(services)))
             if answered and (sender.service is not None or sender.outstanding):
                 continue  # a stranger's reply kicks a worker side: only from pure strangers
             self.send(sender, frames)
@@ -859,9 +859,11 @@ class _Scenario:
             self.close(peer)
 
 
-def near_miss(rng: random.Random, width: int, service: bytes) -> tuple[list[bytes], str, bool]:
-    """A malformed DCP message (or a reply from a peer that holds no request), what it is, and
-    whether the text answers it (reconnect, DCP-12); the rest are dropped (DCP-23)."""
+def near_misses(
+    rng: random.Random, width: int, service: bytes
+) -> list[tuple[list[bytes], str, bool]]:
+    """Malformed DCP messages (and a reply from a peer that holds no request), each with what
+    it is and whether the text answers it (reconnect, DCP-12); the rest are dropped (DCP-23)."""
 
     def t(kind: int) -> bytes:
         return type_frame(kind, width)
@@ -890,7 +892,7 @@ def near_miss(rng: random.Random, width: int, service: bytes) -> tuple[list[byte
         ([b"", HEADER, t(REPLY), b"who"], "a reply without delimiters", False),
         ([b"", HEADER, t(REPLY), b"nobody", b"", b"", b"d"], "a reply holding no request", True),
     ]
-    return rng.choice(cases)
+    return cases
 
 
 def _probe(context: Context, endpoint: str, wait: float) -> None:
