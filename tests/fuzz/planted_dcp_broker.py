@@ -17,6 +17,8 @@ FLAW is one of (the rule ``specs/dcp-v1.md`` gives it):
 - ``no-registration-echo``: a registration is not echoed (DCP-04);
 - ``reply-to-another-client``: a reply goes to another peer that has sent requests (DCP-07);
 - ``pings-workers``: with every pong, the broker also pings the worker (DCP-16);
+- ``drops-unknown-service``: a request for a service no worker has registered for is dropped,
+  as DagBox's broker does (DCP-19);
 - ``dies-on-bad-input``: after the first message without the DCP v1 header or with a type
   frame that is no DCP type in 1 or 4 bytes, nothing more is relayed, as DagBox's broker aborts
   (DCP-23).
@@ -46,6 +48,7 @@ FLAWS = (
     "no-registration-echo",
     "reply-to-another-client",
     "pings-workers",
+    "drops-unknown-service",
     "dies-on-bad-input",
 )
 
@@ -65,6 +68,7 @@ class Relay:
         self.last_from: dict[bytes, int | None] = {}  # each peer's last message type
         self.in_flight: dict[bytes, int] = {}  # requests relayed, not yet replied, per peer
         self.askers: list[bytes] = []
+        self.registered: set[bytes] = set()  # every service a worker registered for
         self.dead = False
 
     def inbound(self, identity: bytes, frames: list[bytes]) -> bool:
@@ -76,7 +80,12 @@ class Relay:
             self.dead = True  # as DagBox's broker aborts on a frame it cannot parse
             return False
         self.last_from[identity] = kind
+        if kind == REGISTER and len(frames) > 3:
+            self.registered.add(frames[3])
         if kind == REQUEST:
+            unknown = len(frames) > 3 and frames[3] not in self.registered
+            if self.flaw == "drops-unknown-service" and unknown and frames[3][:4] != b"mmi.":
+                return False
             if identity not in self.askers:
                 self.askers.append(identity)
             if self.flaw == "loses-second-request" and self.in_flight.get(identity, 0) >= 1:

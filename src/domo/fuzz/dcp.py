@@ -138,6 +138,7 @@ class _Request:
     taken_by: _Peer | None = None
     vanished_from: _Peer | None = None
     misdelivered: bool = False
+    queued: bool = False  # sent while no worker served its service
 
     @property
     def at_worker(self) -> tuple[bytes, ...]:
@@ -217,6 +218,7 @@ class _Scenario:
         tag: str,
         interval: float,
         liveness: int,
+        window: float,
     ) -> None:
         self.context = context
         self.endpoint = endpoint
@@ -224,7 +226,7 @@ class _Scenario:
         self.tag = tag
         self.interval = interval
         self.expiry = interval * liveness
-        self.window = max(2.0, 6 * interval)  # what an answer may take on a loaded machine
+        self.window = window  # what an answer may take
         self.poller = zmq.Poller()
         self.peers: list[_Peer] = []
         self.by_socket: dict[zmq.Socket[bytes], _Peer] = {}
@@ -715,6 +717,7 @@ class _Scenario:
             self.pump(rng.uniform(0, 0.2))
             self.worker(service)  # DCP-19: they waited in the queue
             for request in asked:
+                request.queued = True
                 request.deadline = time.monotonic() + self.window
         elif kind == "mmi" and services:
             known = rng.random() < 0.6
@@ -832,12 +835,17 @@ class _Scenario:
             )
         if request.taken_by is not None:
             return "DCP-08", f"{request.describe()} was served but its reply never came"
+        if request.queued:
+            return "DCP-19", (
+                f"{request.describe()}, sent before any worker served its service, never "
+                "reached the worker that came"
+            )
         if request.others_outstanding:
             return "DCP-10", (
                 f"{request.describe()}, sent with {request.others_outstanding} other(s) of its "
                 "client in flight, never reached a worker"
             )
-        return "DCP-19", f"{request.describe()} never reached a worker"
+        return "DCP-11", f"{request.describe()} never reached a worker of its service"
 
     def stalled(self) -> bool:
         """Whether the machine stalled near a worker's expiry, so that the broker may rightly
@@ -916,10 +924,14 @@ def fuzz_dcp(
     heartbeat_interval: float = 2.5,
     liveness: int = 3,
     stop_at_first: bool = False,
+    answer_window: float | None = None,
 ) -> DcpFuzzResult:
     """Run up to ``scenarios`` DCP scenarios against the broker at ZeroMQ ``endpoint``, whose
     ``--heartbeat-interval`` and ``--liveness`` are given; the rules it broke, one finding per
-    rule (the first scenario that broke it). ``DcpUnreachable`` if nothing answers at all."""
+    rule (the first scenario that broke it). ``DcpUnreachable`` if nothing answers at all.
+    ``answer_window``: how long an answer may take (default ``max(2 s, 6 * interval)``, for a
+    loaded machine); ``stop_at_first``: stop after the first scenario that broke a rule."""
+    window = answer_window if answer_window is not None else max(2.0, 6 * heartbeat_interval)
     started = time.monotonic()
     findings: dict[str, DcpFinding] = {}
     steps: Counter[str] = Counter()
@@ -928,15 +940,14 @@ def fuzz_dcp(
     bad_input: str | None = None
     context: Context = zmq.Context()
     try:
-        _probe(context, endpoint, max(2.0, 6 * heartbeat_interval))
+        _probe(context, endpoint, window)
         for number in range(scenarios):
             if time.monotonic() - started > time_budget or (stop_at_first and findings):
                 break
             ran += 1
             rng = random.Random(seed * 1_000_003 + number)
-            scenario = _Scenario(
-                context, endpoint, rng, f"d{seed}-{number}-", heartbeat_interval, liveness
-            )
+            tag = f"d{seed}-{number}-"
+            scenario = _Scenario(context, endpoint, rng, tag, heartbeat_interval, liveness, window)
             try:
                 scenario.run(bad_input)
             finally:
