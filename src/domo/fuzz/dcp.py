@@ -25,8 +25,9 @@ what the spec requires:
   the text's, and the broker goes on serving everyone (DCP-23).
 
 Workers ping every half interval; a scenario in which one of the fuzzer's own workers went quiet
-for half its liveness (a stalled machine) is not judged, and is counted as such. A broken rule is
-a ``DcpFinding`` with its rule id, the seed and the scenario number that repeat it.
+for half its liveness, or the broker took that long to answer a ping (a stalled machine: the
+broker may rightly have dropped a worker), is not judged, and is counted as such. A broken rule
+is a ``DcpFinding`` with its rule id, the seed and the scenario number that repeat it.
 """
 
 from __future__ import annotations
