@@ -342,10 +342,12 @@ async def _fuzz_dcp(args: argparse.Namespace) -> int:
         return EXIT_UNREACHABLE
     for finding in result.findings:
         print(f"{finding.rule}: {finding.explanation} (--seed {seed}, scenario {finding.scenario})")
+    steps = ", ".join(f"{kind} {n}" for kind, n in sorted(result.steps.items()))
     checked = ", ".join(f"{n} {kind}" for kind, n in sorted(result.checked.items()))
+    print(f"domo fuzz: steps played: {steps or 'none'}")
     print(
         f"domo fuzz: checked {checked or 'nothing'}; {result.unjudged} scenario(s) not judged "
-        "(the fuzzer's own workers stalled)"
+        "(the machine stalled a worker or the broker for half the liveness span)"
     )
     broken = ", ".join(f.rule for f in result.findings) or "none"
     print(
