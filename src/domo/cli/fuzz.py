@@ -119,7 +119,9 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="the dialect of the clients and workers played against a broker: mdp02 (RFC 18, "
         "the default), mdp01 (RFC 7, specs/mdp-0.1.md) or majortomo (specs/majortomo.md); "
         "with --replay, the file's; memo01 (specs/memo01.md) plays MemoDB workers and clients "
-        "against a broker's nng+tcp:// or nng+ipc:// ENDPOINT (needs pip install 'domo[nng]')",
+        "against a broker's nng+tcp:// or nng+ipc:// ENDPOINT (needs pip install 'domo[nng]'); "
+        "dcp (specs/dcp-v1.md) plays DagBox DCP v1 workers and clients, both type-frame widths, "
+        "against a broker (--examples, --time-budget, --seed, --heartbeat-interval, --liveness)",
     )
     sub.add_argument(
         "--no-mmi",
@@ -157,6 +159,10 @@ def _check_fuzz(args: argparse.Namespace) -> None:
         if not _common._nng_installed():
             args.parser.error(f"--dialect memo01: {NNG_EXTRA_HINT}")
         return
+    if args.dialect == "dcp" and (
+        args.target not in (None, "broker") or args.replay is not None or args.command
+    ):
+        args.parser.error("--dialect dcp: only a broker, without --replay or --exec")
     if args.target in (None, "broker") and args.replay is None:
         try:  # the broker target connects: no port 0 or '*' there
             check_endpoint(args.endpoint, bind=False, schemes=CONNECT_SCHEMES)
@@ -178,6 +184,8 @@ def _check_fuzz(args: argparse.Namespace) -> None:
 async def _fuzz(args: argparse.Namespace) -> int:
     if args.dialect == "memo01":
         return await _fuzz_memo01(args)
+    if args.dialect == "dcp":
+        return await _fuzz_dcp(args)
     try:
         from domo import fuzz
     except ImportError as error:
@@ -300,6 +308,50 @@ async def _fuzz_memo01(args: argparse.Namespace) -> int:
     broken = ", ".join(f.rule for f in result.findings) or "none"
     print(
         f"domo fuzz: broker (memo01): {result.scenarios} scenarios in {result.seconds:.1f} s, "
+        f"seed {seed}; {len(result.findings)} rule(s) broken: {broken}"
+    )
+    return EXIT_FINDINGS if result.findings else EXIT_OK
+
+
+async def _fuzz_dcp(args: argparse.Namespace) -> int:
+    """``domo fuzz --dialect dcp``: ``domo.fuzz.dcp``'s scenarios over ZeroMQ."""
+    try:  # the module needs only pyzmq, but its package (domo.fuzz) imports Hypothesis
+        from domo.fuzz.dcp import DcpUnreachable, fuzz_dcp
+    except ImportError as error:
+        print(
+            "domo fuzz: needs hypothesis (pip install '.[fuzz]' in domo's source directory): "
+            f"{error}",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
+
+    seed = args.seed if args.seed is not None else int.from_bytes(os.urandom(4), "big")
+    run = partial(
+        fuzz_dcp,
+        args.endpoint,
+        scenarios=args.examples,
+        seed=seed,
+        time_budget=args.time_budget,
+        heartbeat_interval=args.heartbeat_interval,
+        liveness=args.liveness,
+    )
+    try:
+        result = await trio.to_thread.run_sync(run)
+    except DcpUnreachable as error:
+        print(f"domo fuzz: target unreachable: {error}", file=sys.stderr)
+        return EXIT_UNREACHABLE
+    for finding in result.findings:
+        print(f"{finding.rule}: {finding.explanation} (--seed {seed}, scenario {finding.scenario})")
+    steps = ", ".join(f"{kind} {n}" for kind, n in sorted(result.steps.items()))
+    checked = ", ".join(f"{n} {kind}" for kind, n in sorted(result.checked.items()))
+    print(f"domo fuzz: steps played: {steps or 'none'}")
+    print(
+        f"domo fuzz: checked {checked or 'nothing'}; {result.unjudged} scenario(s) not judged "
+        "(the machine stalled a worker or the broker for half the liveness span)"
+    )
+    broken = ", ".join(f.rule for f in result.findings) or "none"
+    print(
+        f"domo fuzz: broker (dcp): {result.scenarios} scenarios in {result.seconds:.1f} s, "
         f"seed {seed}; {len(result.findings)} rule(s) broken: {broken}"
     )
     return EXIT_FINDINGS if result.findings else EXIT_OK
