@@ -761,9 +761,9 @@ class _Scenario:
                 continue  # a stranger's reply kicks a worker side: only from pure strangers
             self.send(sender, frames)
             if answered:
-                # A peer already owed a reconnect in that width is silenced for a while: the
-                # core drops its messages (MDP-D-06), which DCP-12 does not override (DCP-14
-                # does, for pings only). Whether it is still silenced is not judged.
+                # A peer already sent a reconnect in that width gets nothing while silenced
+                # (DCP-12, MDP-D-06), reconnect once the silence has ended: which of the two
+                # it is depends on timing, so it is not judged.
                 optional = width in sender.told
                 why = f"{sender.name} sent {why}"
                 self.expect(sender, RECONNECT, width, (), "DCP-12", why, optional=optional)
