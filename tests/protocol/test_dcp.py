@@ -179,6 +179,25 @@ def test_ping_pong_and_reconnect() -> None:
     assert out(broker) == [(C, (b"", H, T1["recon"]))]
 
 
+def test_a_stray_reply_gets_one_reconnect_then_nothing_while_silenced() -> None:
+    """DCP-12, DCP-14: a reply from a peer holding no request gets reconnect; a second stray
+    from it while it is silenced (MDP-D-06) gets nothing, its ping still gets reconnect, and
+    once it has been quiet for the liveness span a stray gets reconnect again."""
+    broker = new_broker()
+    stray = [b"", H, T1["rep"], C, b"", b"", b"d"]
+    broker.receive(W, stray, 0.0)
+    assert out(broker) == [(W, (b"", H, T1["recon"]))]
+    broker.receive(W, stray, 0.1)
+    assert out(broker) == []
+    broker.receive(W, [b"", H, T1["ping"]], 0.2)
+    assert out(broker) == [(W, (b"", H, T1["recon"]))]
+    quiet_again = 0.2 + 3 * INTERVAL  # liveness x interval after its last message
+    broker.tick(quiet_again)
+    out(broker)
+    broker.receive(W, stray, quiet_again + 0.1)
+    assert out(broker) == [(W, (b"", H, T1["recon"]))]
+
+
 def test_the_broker_never_pings_and_expires_a_silent_worker() -> None:
     """DCP-16: no broker heartbeat goes out; a silent worker's request goes to another one."""
     broker = new_broker()
