@@ -1122,6 +1122,7 @@ def _scenario(run: _Run, number: int) -> tuple[dict[str, str], str | None]:
     rng = random.Random(run.seed * 1_000_003 + number)
     s = _Scenario(run, number, rng)
     steps = _Steps(s)
+    before: dict[str, str] = {}
     try:
         try:
             for _ in range(rng.randint(1, 2)):
@@ -1132,6 +1133,7 @@ def _scenario(run: _Run, number: int) -> tuple[dict[str, str], str | None]:
                 if worker.state == "ready":
                     steps.ready(worker, rng.randint(0, 3))
             for _ in range(STEPS_PER_SCENARIO):
+                before = dict(s.broken)
                 _step(steps, s, rng)
             # The end: every job answered and its result owed, then every worker leaves.
             for worker in s.workers:
@@ -1146,8 +1148,10 @@ def _scenario(run: _Run, number: int) -> tuple[dict[str, str], str | None]:
         except _Found as found:
             s.broken.setdefault(found.rule, str(found))
         except _Stopped as stop:
-            s.broken[stop.rule] = str(stop)
-            return s.broken, f"scenario {number}: {stop}"
+            # What broke during the fatal step may be the stop itself (no heartbeats, nothing
+            # dispatched): only the stop is reported for it.
+            broken = {**before, stop.rule: str(stop)}
+            return broken, f"scenario {number}: {stop}"
     finally:
         s.close()
     return s.broken, None
