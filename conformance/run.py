@@ -461,7 +461,8 @@ def render_emqp(record: dict[str, Any]) -> str:
                 "",
                 "```",
             ]
-            lines += [*run["broker_stderr_tail"], "```"]
+            here = f"{ROOT}{os.sep}"  # paths inside this checkout, as the record shows them
+            lines += [line.replace(here, "") for line in run["broker_stderr_tail"]] + ["```"]
     return "\n".join(lines)
 
 
