@@ -136,13 +136,16 @@ def bench(session: nox.Session) -> None:
 
 @nox.session
 def conformance(session: nox.Session) -> None:
-    """``domo fuzz`` against majortomo's broker, worker and client, and domo's own; not in CI.
+    """``domo fuzz`` against majortomo's broker, worker and client, EventMQ 0.3.13's router
+    (``--dialect emqp``), and domo's own; not in CI.
 
-    Rewrites ``docs/conformance.json`` and the table of ``docs/conformance.md``. majortomo 0.2.0
-    (with ``six``, which it needs) lives in ``.bench-venvs/majortomo``, made here with ``python
-    -m venv`` and pip if missing (the benchmarks share it); it is never a domo dependency.
-    Options after ``--`` go to ``conformance/run.py``, e.g. ``nox -s conformance -- --targets
-    broker --time-budget 30``.
+    Rewrites ``docs/conformance.json``, ``docs/conformance-emqp.json`` and the tables of
+    ``docs/conformance.md``. majortomo 0.2.0 (with ``six``, which it needs) lives in
+    ``.bench-venvs/majortomo``, made here with ``python -m venv`` and pip if missing (the
+    benchmarks share it); EventMQ 0.3.13 in ``tmp/cache/eventmq-0.3.13``, made by
+    ``tests/interop/eventmq_venv.py`` with the pins the interop tests use (they share it). Neither
+    is ever a domo dependency. Options after ``--`` go to ``conformance/run.py``, e.g. ``nox -s
+    conformance -- --targets broker --time-budget 30`` or ``-- --dialects emqp``.
     """
     session.install("-e", ".[fuzz]")
     venv = Path(".bench-venvs") / "majortomo"
@@ -152,7 +155,17 @@ def conformance(session: nox.Session) -> None:
         session.run(
             str(python), "-m", "pip", "install", "-q", "majortomo==0.2.0", "six", external=True
         )
-    session.run("python", "conformance/run.py", "--majortomo-python", str(python), *session.posargs)
+    eventmq = session.run("python", "tests/interop/eventmq_venv.py", silent=True, external=True)
+    eventmq_python = str(eventmq).strip().splitlines()[-1] if eventmq else ""
+    session.run(
+        "python",
+        "conformance/run.py",
+        "--majortomo-python",
+        str(python),
+        "--eventmq-python",
+        eventmq_python,
+        *session.posargs,
+    )
 
 
 @nox.session

@@ -13,7 +13,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -22,53 +21,27 @@ import pytest
 import trio
 
 from ..cli.conftest import StartDomo, run_domo
+from . import eventmq_venv
 
 pytestmark = [pytest.mark.io, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
-VENV = ROOT / "tmp" / "cache" / "eventmq-0.3.13"
 PEERS = HERE / "emqp_peers.py"
-# EventMQ 0.3.13's own pins do not install on 3.11 (pyzmq 18.1.0 has no wheel, future 0.15.2
-# fails to import): these are the ones that work (the enderlabs fork's future, today's pyzmq).
-PINS = [
-    "eventmq==0.3.13",
-    "pyzmq",
-    "six",
-    "monotonic==0.4",
-    "croniter==0.3.10",
-    "future==0.18.3",
-    "psutil==5.6.6",
-    "python-dateutil",
-]
 # The jobmanager heartbeats every second (EVENTMQ_HEARTBEAT_INTERVAL); the broker's liveness
 # span (1 s x 5) leaves room for a loaded machine. EMQP-15.
 BEATS = ["--heartbeat-interval", "1", "--liveness", "5"]
-_OFFLINE = ("NewConnectionError", "Temporary failure in name resolution", "Network is unreachable")
 
 
 @pytest.fixture(scope="session")
 def eventmq_python() -> Path:
-    """The python of a virtualenv with EventMQ 0.3.13, made once and reused."""
-    python = VENV / "bin" / "python"
-    probe = [str(python), "-c", "import eventmq.jobmanager, eventmq.client.messages"]
-    if python.exists() and subprocess.run(probe, capture_output=True, check=False).returncode == 0:
-        return python
-    subprocess.run([sys.executable, "-m", "venv", "--clear", str(VENV)], check=True, timeout=120)
-    done = subprocess.run(
-        [str(python), "-m", "pip", "install", "-q", "--no-deps", *PINS],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=600,
-    )
-    if done.returncode != 0:
-        if any(sign in done.stderr for sign in _OFFLINE):
-            why = done.stderr[-300:]
-            pytest.skip(f"PyPI is unreachable, so EventMQ cannot be installed: {why}")
-        raise AssertionError(f"pip could not install EventMQ 0.3.13:\n{done.stderr}")
-    subprocess.run(probe, check=True, timeout=60)
-    return python
+    """The python of a virtualenv with EventMQ 0.3.13, made once and reused (eventmq_venv)."""
+    try:
+        return eventmq_venv.eventmq_python()
+    except eventmq_venv.Offline as offline:
+        pytest.skip(str(offline))
+    except RuntimeError as failed:
+        raise AssertionError(str(failed)) from None
 
 
 class Peer:

@@ -138,7 +138,7 @@ def _exit_codes_help(command: str) -> str:
 BIND_SCHEMES: Final = ("tcp", "ipc", "inproc")
 CONNECT_SCHEMES: Final = ("tcp", "ipc")  # inproc reaches only sockets of the same process
 FUZZ_TARGETS: Final = ("broker", "worker", "client")  # domo.fuzz.TARGETS, without Hypothesis
-FUZZ_DIALECTS: Final = ("mdp02", "mdp01", "majortomo", "memo01", "dcp")  # dialect.DIALECTS+
+FUZZ_DIALECTS: Final = ("mdp02", "mdp01", "majortomo", "memo01", "dcp", "emqp")  # dialect.DIALECTS+
 
 
 def _only_leaf(error: BaseException) -> BaseException:

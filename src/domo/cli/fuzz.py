@@ -121,7 +121,23 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "with --replay, the file's; memo01 (specs/memo01.md) plays MemoDB workers and clients "
         "against a broker's nng+tcp:// or nng+ipc:// ENDPOINT (needs pip install 'domo[nng]'); "
         "dcp (specs/dcp-v1.md) plays DagBox DCP v1 workers and clients, both type-frame widths, "
-        "against a broker (--examples, --time-budget, --seed, --heartbeat-interval, --liveness)",
+        "against a broker (--examples, --time-budget, --seed, --heartbeat-interval, --liveness); "
+        "emqp (specs/emqp-1.0.md) plays EventMQ's eMQP/1.0 workers and clients, hand-framed, "
+        "in random scenarios from --seed (see --workers, --no-malformed)",
+    )
+    sub.add_argument(
+        "--workers",
+        type=partial(_endpoint_to_bind_or_connect, CONNECT_SCHEMES),
+        metavar="ENDPOINT",
+        help="--dialect emqp: where the workers connect, if not ENDPOINT (EventMQ's router "
+        "has its own socket for them)",
+    )
+    sub.add_argument(
+        "--no-malformed",
+        dest="malformed",
+        action="store_false",
+        help="--dialect emqp: send no near misses (a broker that stops on one can still be "
+        "checked on the rest)",
     )
     sub.add_argument(
         "--no-mmi",
@@ -153,6 +169,16 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 def _check_fuzz(args: argparse.Namespace) -> None:
     if (args.dialect == "memo01") != args.endpoint.startswith(NNG_SCHEME):
         args.parser.error("--dialect memo01 fuzzes a broker's nng+tcp:// or nng+ipc:// endpoint")
+    if args.dialect != "emqp" and (args.workers is not None or not args.malformed):
+        args.parser.error("--workers and --no-malformed go with --dialect emqp")
+    if args.dialect == "emqp":
+        if args.target not in (None, "broker") or args.replay is not None or args.command:
+            args.parser.error("--dialect emqp: only a broker, without --replay or --exec")
+        try:
+            check_endpoint(args.endpoint, bind=False, schemes=CONNECT_SCHEMES)
+        except EndpointError as error:
+            args.parser.error(f"argument ENDPOINT: {error}")
+        return
     if args.dialect == "memo01":
         if args.target not in (None, "broker") or args.replay is not None or args.command:
             args.parser.error("--dialect memo01: only a broker, without --replay or --exec")
@@ -186,6 +212,8 @@ async def _fuzz(args: argparse.Namespace) -> int:
         return await _fuzz_memo01(args)
     if args.dialect == "dcp":
         return await _fuzz_dcp(args)
+    if args.dialect == "emqp":
+        return await _fuzz_emqp(args)
     try:
         from domo import fuzz
     except ImportError as error:
@@ -352,6 +380,46 @@ async def _fuzz_dcp(args: argparse.Namespace) -> int:
     broken = ", ".join(f.rule for f in result.findings) or "none"
     print(
         f"domo fuzz: broker (dcp): {result.scenarios} scenarios in {result.seconds:.1f} s, "
+        f"seed {seed}; {len(result.findings)} rule(s) broken: {broken}"
+    )
+    return EXIT_FINDINGS if result.findings else EXIT_OK
+
+
+async def _fuzz_emqp(args: argparse.Namespace) -> int:
+    """``domo fuzz --dialect emqp``: ``domo.fuzz.emqp``'s scenarios over ZeroMQ."""
+    try:  # the module needs only pyzmq, but its package (domo.fuzz) imports Hypothesis
+        from domo.fuzz.emqp import describe, fuzz_emqp
+    except ImportError as error:
+        print(
+            "domo fuzz: needs hypothesis (pip install '.[fuzz]' in domo's source directory): "
+            f"{error}",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
+
+    seed = args.seed if args.seed is not None else int.from_bytes(os.urandom(4), "big")
+    print(f"domo fuzz: seed {seed} (--seed {seed} repeats this search)", file=sys.stderr)
+    run = partial(
+        fuzz_emqp,
+        args.endpoint,
+        workers_endpoint=args.workers,
+        scenarios=args.examples,
+        seed=seed,
+        time_budget=args.time_budget,
+        heartbeat_interval=args.heartbeat_interval,
+        liveness=args.liveness,
+        malformed=args.malformed,
+        first=args.first,
+        progress=lambda line: print(f"domo fuzz: found {line}", file=sys.stderr),
+    )
+    result = await trio.to_thread.run_sync(run)
+    for line in describe(result):
+        print(line)
+    steps = ", ".join(f"{kind} {count}" for kind, count in result.steps.items())
+    print(f"domo fuzz: steps played: {steps or 'none'}")
+    broken = ", ".join(f"{f.rule} ({f.scenarios})" for f in result.findings) or "none"
+    print(
+        f"domo fuzz: broker (emqp): {result.scenarios} scenarios in {result.seconds:.1f} s, "
         f"seed {seed}; {len(result.findings)} rule(s) broken: {broken}"
     )
     return EXIT_FINDINGS if result.findings else EXIT_OK
