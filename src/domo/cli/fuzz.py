@@ -47,11 +47,11 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "it ('{endpoint}' in CMD becomes the endpoint bound, e.g. tcp://127.0.0.1:0 picks a free "
         "port), else start it yourself. A client under test must send requests one after another "
         "for ever (e.g. `domo call --repeat 0`). --dialect mdp01 or majortomo plays that dialect's "
-        "clients and workers against a broker. Use a short --heartbeat-interval and give the "
-        "peer the same --heartbeat-interval and --liveness. Each violation is printed with its "
-        "rule id and a shrunk scenario, saved for --replay. Exit 0: nothing found; 1: violations "
-        "found; 2: usage error; 3: the target is unreachable (no broker answered, or no worker or "
-        "client connected).",
+        "clients and workers against a broker; --dialect memo01, dcp or emqp runs that "
+        "dialect's own seeded search of scenarios against a broker (no shrinking; --seed "
+        "repeats it). Use a short --heartbeat-interval and give the peer the same "
+        "--heartbeat-interval and --liveness. Each violation is printed with its rule id and a "
+        "shrunk scenario, saved for --replay (exit codes below).",
         _fuzz,
         "warning",
         prepare=_check_fuzz,
