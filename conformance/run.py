@@ -350,6 +350,9 @@ def run_emqp(
         "--heartbeat-interval", f"{interval:g}", "--liveness", str(liveness),
         "--seed", str(o.seed), "--time-budget", f"{o.time_budget:g}",
         "--examples", str(o.examples), *([] if malformed else ["--no-malformed"]),
+        # EMQP-06's cap on free slots: the spec's 64 for EventMQ's router, which has none of
+        # its own; domo's broker's from its pipes (the fuzzer's default, for its defaults).
+        *(["--credits", "64"] if system == "eventmq" else []),
     ]  # fmt: skip
     record["fuzz_command"] = shown(fuzz)
     print(f"== {name}: {record['fuzz_command']}", flush=True)

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from domo.protocol import BrokerConfig
 from domo.protocol.dialects import Dialect, Role, detect
 from domo.protocol.dialects.emqp import EMQP, BadInput, parse_queues
-from domo.protocol.emqp_bridge import MAX_CREDITS
+from domo.protocol.emqp_bridge import MAX_CREDITS, credit_cap
 from domo.protocol.events import (
     BrokerEvent,
     MessageDropped,
@@ -201,16 +201,32 @@ def test_emqp_06_each_ready_is_one_slot_over_the_workers_queues_in_order() -> No
     assert [m for m in net.to(b"W") if m[2] == b"REQUEST"] == []
 
 
-def test_emqp_06_ready_from_an_uninformed_peer_and_past_the_cap() -> None:
-    """EMQP-06: ready from an uninformed peer and past the cap."""
-    net = Net()
+@pytest.mark.parametrize(("max_peer_mib", "cap"), [(64, 7), (512, 63), (528, MAX_CREDITS), (16, 1)])
+def test_emqp_06_ready_from_an_uninformed_peer_and_past_the_cap(
+    max_peer_mib: int, cap: int
+) -> None:
+    """EMQP-06: ready from an uninformed peer is dropped; free slots are capped at 64, and at
+    what a burst is sure to fit in a peer's pipe (16 messages of 4 MiB with the defaults: 7),
+    so requests for every free slot at once never find the worker's pipe full."""
+    config = BrokerConfig(
+        heartbeat_interval=1.0,
+        liveness=3,
+        request_expiry=10.0,
+        max_peer_bytes=max_peer_mib * 1024 * 1024,
+    )
+    assert credit_cap(config.pipe_messages) == cap
+    net = Net(config)
     events = net.send(b"X", b"", E, b"READY", b"r")
     assert of(events, MessageDropped)
     assert net.out() == []
-    net.inform(b"W", slots=MAX_CREDITS)
+    net.inform(b"W", slots=cap)
+    assert len(net.broker.workers()) == cap
     events = net.send(b"W", b"", E, b"READY", b"r")
     assert [e.rule for e in of(events, ProtocolViolation)] == ["EMQP-06"]
-    assert len(net.broker.workers()) == MAX_CREDITS
+    assert len(net.broker.workers()) == cap
+    for n in range(cap):  # every free slot taken at once: each REQUEST goes out
+        net.request(b"C%d" % n, b"m%d" % n)
+    assert len([m for m in net.to(b"W") if m[2] == b"REQUEST"]) == cap
 
 
 def test_emqp_07_a_slot_is_spent_by_its_request() -> None:

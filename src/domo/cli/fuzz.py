@@ -13,6 +13,7 @@ import trio
 
 from domo.endpoints import EndpointError, check_endpoint
 from domo.protocol import BrokerConfig
+from domo.protocol.emqp_bridge import credit_cap
 from domo.trio.broker import NNG_EXTRA_HINT, NNG_SCHEME
 
 from . import _common
@@ -131,6 +132,15 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         metavar="ENDPOINT",
         help="--dialect emqp: where the workers connect, if not ENDPOINT (EventMQ's router "
         "has its own socket for them)",
+    )
+    sub.add_argument(
+        "--credits",
+        type=partial(_integer, least=1),
+        default=credit_cap(defaults.pipe_messages),
+        metavar="N",
+        help="--dialect emqp: the broker's cap on one worker's free slots (EMQP-06: 64 at most; "
+        "domo broker's follows from --max-peer-bytes over --max-message-bytes, see "
+        "specs/emqp-1.0.md; default: %(default)s, domo broker's with its defaults)",
     )
     sub.add_argument(
         "--no-malformed",
@@ -409,6 +419,7 @@ async def _fuzz_emqp(args: argparse.Namespace) -> int:
         heartbeat_interval=args.heartbeat_interval,
         liveness=args.liveness,
         malformed=args.malformed,
+        credits=args.credits,
         first=args.first,
         progress=lambda line: print(f"domo fuzz: found {line}", file=sys.stderr),
     )

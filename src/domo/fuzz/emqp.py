@@ -384,8 +384,8 @@ class _Scenario:
                     rule, why = worker.stray, "after a message that is no READY (dropped)"
                 elif worker.dropped_credits is not None:
                     rule, why = worker.dropped_credits, "on a credit of its previous INFORM"
-                elif worker.readies > MAX_CREDITS:
-                    rule, why = "EMQP-06", f"on a READY beyond {MAX_CREDITS} free slots"
+                elif worker.readies > self.run.credits:
+                    rule, why = "EMQP-06", f"on a READY beyond {self.run.credits} free slots"
                 elif worker.readies:
                     rule, why = "EMQP-07", "with every credit spent (a slot does one request)"
                 else:
@@ -724,7 +724,7 @@ class _Steps:
         for _ in range(count):
             s.send(worker, b"READY")
             worker.readies += 1
-            if worker.credits < MAX_CREDITS:
+            if worker.credits < self.run.credits:
                 worker.credits += 1
         worker.dropped_credits = None if worker.credits else worker.dropped_credits
         worker.credit_at = s.now()
@@ -1020,21 +1020,21 @@ class _Steps:
         return f"{what}", "EMQP-01"
 
     def flood_credits(self) -> tuple[str, str] | None:
-        """More READYs than MAX_CREDITS, then as many requests (EMQP-06)."""
+        """More READYs than the broker's cap on free slots, then as many requests (EMQP-06)."""
         s = self.s
         worker = s.new_worker()
         queue = f"{s.tag}flood{len(s.workers)}".encode()
         self.inform(worker, (queue,))
         if worker.state != "ready":
             return None
-        self.ready(worker, MAX_CREDITS + 6)
+        self.ready(worker, self.run.credits + 6)
         # The broker caps free slots: all READYs must be in before the first request is.
         s.pump(self.run.settle, shortest=self.run.settle)
         client = s.new_client()
-        for _ in range(MAX_CREDITS + 6):
+        for _ in range(self.run.credits + 6):
             self.request(client, queue, reply=False, wait=False)
         s.pump(self.run.window)
-        return f"{MAX_CREDITS + 6} READYs from one worker", "EMQP-06"
+        return f"{self.run.credits + 6} READYs from one worker", "EMQP-06"
 
     def _informed_worker(self) -> _Worker | None:
         ready = [w for w in self.s.workers if w.state == "ready" and not w.probe]
@@ -1087,8 +1087,10 @@ class _Run:
         interval: float,
         liveness: int,
         malformed: bool,
+        credits: int,
     ) -> None:
         self.clients_endpoint = clients_endpoint
+        self.credits = credits  # the broker's cap on one worker's free slots (EMQP-06)
         self.workers_endpoint = workers_endpoint
         self.seed = seed
         self.interval = interval
@@ -1235,8 +1237,9 @@ def _fuzz(
     malformed: bool,
     progress: Callable[[str], None] | None,
     first: bool,
+    credits: int,
 ) -> EmqpFuzzResult:
-    run = _Run(clients_endpoint, workers_endpoint, seed, interval, liveness, malformed)
+    run = _Run(clients_endpoint, workers_endpoint, seed, interval, liveness, malformed, credits)
     started = time.monotonic()
     seen: dict[str, EmqpFinding] = {}
     counts: dict[str, int] = {}
@@ -1283,12 +1286,15 @@ def fuzz_emqp(
     malformed: bool = True,
     progress: Callable[[str], None] | None = None,
     first: bool = False,
+    credits: int = MAX_CREDITS,
 ) -> EmqpFuzzResult:
     """Run up to ``scenarios`` eMQP scenarios against the broker whose clients connect to
     ``endpoint`` and workers to ``workers_endpoint`` (the same one if None; EventMQ's router
     has two); the rules it broke, one finding per rule. ``heartbeat_interval`` and ``liveness``
-    must be the broker's. ``progress`` sees each rule the first time it breaks; ``first`` stops
-    after the first scenario that broke one."""
+    must be the broker's, and ``credits`` its cap on one worker's free slots (EMQP-06: 64 at
+    most; domo's broker what a burst is sure to fit in a peer's pipe, 7 with its defaults).
+    ``progress`` sees each rule the first time it breaks; ``first`` stops after the first
+    scenario that broke one."""
     return _fuzz(
         endpoint,
         workers_endpoint or endpoint,
@@ -1300,6 +1306,7 @@ def fuzz_emqp(
         malformed,
         progress,
         first,
+        credits,
     )
 
 

@@ -73,9 +73,24 @@ from .timers import DeadlineHeap
 if TYPE_CHECKING:
     from .family import FamilyBroker, PeerRoute
 
-__all__ = ["MAX_CREDITS", "EmqpBridge"]
+__all__ = ["MAX_CREDITS", "EmqpBridge", "credit_cap"]
 
 MAX_CREDITS: Final = 64  # free slots one worker may hold (EMQP-06); EventMQ's default is 4
+# Messages of a worker's pipe kept free of REQUESTs: its ACK and a HEARTBEAT (EMQP-06).
+_PIPE_RESERVE: Final = 2
+
+
+def credit_cap(pipe_messages: int) -> int:
+    """The free slots one worker may hold with pipes of ``pipe_messages`` (EMQP-06).
+
+    As many REQUESTs as a worker has free slots may go to it in one burst, and one its full
+    pipe refuses drops it as congested (MDP-D-15) with jobs receipted but not delivered. A
+    ZeroMQ pipe learns what its reader took only every ``lwm`` messages (half its high-water
+    mark), so a burst is sure of ``hwm - lwm + 1`` places, not ``hwm``; two are kept back.
+    """
+    lwm = (pipe_messages + 1) // 2 if pipe_messages <= 2048 else pipe_messages - 1024
+    return max(1, min(MAX_CREDITS, pipe_messages - lwm + 1 - _PIPE_RESERVE))
+
 
 _READY_FRAMES = (mdp.WORKER_HEADER, mdp.W_READY)
 _FINAL_FRAMES = (mdp.WORKER_HEADER, mdp.W_FINAL)
@@ -142,6 +157,8 @@ class EmqpBridge:
         config = host.core.config
         self._interval = config.heartbeat_interval
         self._span = config.expiry_span
+        self.max_credits = credit_cap(config.pipe_messages)
+        """The free slots one worker may hold (EMQP-06)."""
         self._workers: dict[Address, _Worker] = {}
         self._slots: dict[bytes, _Slot] = {}  # core key -> its slot
         self._outgoing: dict[bytes, _Job] = {}  # slot key -> the request the core just gave it
@@ -323,8 +340,8 @@ class EmqpBridge:
         self._arm(worker)
 
     def _on_ready(self, worker: _Worker, now: float, events: list[BrokerEvent]) -> None:
-        if len(worker.slots) - len(worker.busy) >= MAX_CREDITS:
-            raise BadInput("EMQP-06", f"more than {MAX_CREDITS} free slots")
+        if len(worker.slots) - len(worker.busy) >= self.max_credits:
+            raise BadInput("EMQP-06", f"more than {self.max_credits} free slots")
         number = worker.next_slot
         worker.next_slot += 1
         keys: list[bytes] = []
