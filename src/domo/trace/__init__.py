@@ -149,6 +149,31 @@ def _text(value: bytes) -> str:
     return value.decode("utf-8", "backslashreplace")
 
 
+def _table(schema: Any, carried: tuple[str, ...], constant: dict[str, Any], rows: list[Any]) -> Any:
+    """``rows`` (tuples of the ``carried`` columns) as an Arrow table of ``schema``.
+
+    Made by C calls over at most ``SLICE`` rows each (the GIL is held for each call, briefly);
+    the columns every record shares come from ``constant``.
+    """
+    import pyarrow as pa
+
+    parts = []
+    for start in range(0, len(rows), SLICE):
+        part = rows[start : start + SLICE]
+        given = dict(zip(carried, zip(*part, strict=True), strict=True))
+        columns = []
+        for column in schema:
+            if column.name in given:
+                columns.append(pa.array(given[column.name], type=column.type))
+            elif constant[column.name] is None:
+                columns.append(pa.nulls(len(part), type=column.type))
+            else:
+                scalar = pa.scalar(constant[column.name], type=column.type)
+                columns.append(pa.repeat(scalar, len(part)))
+        parts.append(pa.RecordBatch.from_arrays(columns, schema=schema))
+    return pa.Table.from_batches(parts, schema=schema)
+
+
 class TraceRecorder:
     """Folds broker events into trace records and writes them to ``directory`` off the hot path.
 
@@ -171,7 +196,10 @@ class TraceRecorder:
         max_seconds: float = 3600.0,
     ) -> None:
         try:
-            import pyarrow  # noqa: F401
+            # Here, before the broker serves: importing pyarrow.parquet takes a few hundred ms
+            # of CPU, which the writer thread would otherwise spend (holding the GIL) while the
+            # first requests come in.
+            import pyarrow.parquet  # noqa: F401
         except ImportError as exc:
             raise ImportError(INSTALL_HINT) from exc
         self.directory = check_trace_dir(directory)
@@ -196,8 +224,37 @@ class TraceRecorder:
         self._flush_interval = flush_interval
         self._max_bytes = max_bytes
         self._max_seconds = max_seconds
+        requests, workers = _schemas()
+        # each kind: its buffer, its schema, the columns a row carries, the ones all share
+        self._kinds: dict[str, tuple[deque[tuple[Any, ...]], Any, tuple[str, ...], Any]] = {
+            "requests": (
+                self._requests,
+                requests,
+                _REQUEST_ROW,
+                {"dialect": dialect, "wall_anchor": wall_anchor, "rule": None},
+            ),
+            "workers": (self._workers, workers, _WORKER_ROW, {"wall_anchor": wall_anchor}),
+        }
+        self._warm_up()
         self._writer = threading.Thread(target=self._write_loop, name="domo-trace", daemon=True)
         self._writer.start()
+
+    def _warm_up(self) -> None:
+        """Write one record of each kind to memory, so that the first real batch costs no more.
+
+        pyarrow's first ``pa.array`` call alone takes ~0.2 s of CPU (it looks for pandas); the
+        writer thread would spend it holding the GIL while the broker serves its first requests.
+        """
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        sample = {
+            "requests": (0, "", b"", (b"",), 0.0, (0.0,), (0.0,), None, 0.0, "", 0, 0, 0, 0, 0, ""),
+            "workers": (b"", "", "", None, 0.0),
+        }
+        for kind, (_, schema, carried, constant) in self._kinds.items():
+            with pq.ParquetWriter(pa.BufferOutputStream(), schema) as writer:
+                writer.write_table(_table(schema, carried, constant, [sample[kind]]))
 
     # --- broker thread ------------------------------------------------------------------------
 
@@ -355,16 +412,6 @@ class TraceRecorder:
         import pyarrow as pa
         import pyarrow.parquet as pq
 
-        schemas = dict(zip(("requests", "workers"), _schemas(), strict=True))
-        # each kind: its buffer, the schema's columns a row carries, and the constant ones
-        kinds: dict[str, tuple[deque[tuple[Any, ...]], tuple[str, ...], dict[str, Any]]] = {
-            "requests": (
-                self._requests,
-                _REQUEST_ROW,
-                {"dialect": self.dialect, "wall_anchor": self.wall_anchor, "rule": None},
-            ),
-            "workers": (self._workers, _WORKER_ROW, {"wall_anchor": self.wall_anchor}),
-        }
         writers: dict[str, tuple[Any, Path, float]] = {}
         seq = 0
         taken = 0
@@ -378,28 +425,9 @@ class TraceRecorder:
                 except OSError as exc:
                     logger.error("trace: closing %s failed: %s", entry[1], exc)
 
-        def table(kind: str, rows: list[tuple[Any, ...]]) -> Any:
-            """The rows as an Arrow table, made by C calls over at most SLICE rows each."""
-            schema = schemas[kind]
-            _, carried, constant = kinds[kind]
-            parts = []
-            for start in range(0, len(rows), SLICE):
-                part = rows[start : start + SLICE]
-                given = dict(zip(carried, zip(*part, strict=True), strict=True))
-                columns = []
-                for column in schema:
-                    if column.name in given:
-                        columns.append(pa.array(given[column.name], type=column.type))
-                    elif constant[column.name] is None:
-                        columns.append(pa.nulls(len(part), type=column.type))
-                    else:
-                        scalar = pa.scalar(constant[column.name], type=column.type)
-                        columns.append(pa.repeat(scalar, len(part)))
-                parts.append(pa.RecordBatch.from_arrays(columns, schema=schema))
-            return pa.Table.from_batches(parts, schema=schema)
-
         def write(kind: str, rows: list[tuple[Any, ...]]) -> None:
             nonlocal seq
+            _, schema, carried, constant = self._kinds[kind]
             try:
                 entry = writers.get(kind)
                 if entry is not None and (
@@ -412,10 +440,11 @@ class TraceRecorder:
                     seq += 1
                     stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
                     path = self.directory / f"{kind}-{stamp}-{os.getpid()}-{seq:05d}.parquet"
-                    entry = (pq.ParquetWriter(path, schemas[kind]), path, time.monotonic())
+                    entry = (pq.ParquetWriter(path, schema), path, time.monotonic())
                     writers[kind] = entry
                     self.stats.files.append(str(path))
-                entry[0].write_table(table(kind, rows))  # encodes and writes without the GIL
+                # encoding and writing run without the GIL
+                entry[0].write_table(_table(schema, carried, constant, rows))
                 self.stats.written += len(rows)
             except (OSError, pa.ArrowException) as exc:
                 self.stats.lost += len(rows)
@@ -426,11 +455,14 @@ class TraceRecorder:
             self._wake.wait(self._flush_interval)
             self._wake.clear()
             stop = self._stopping  # read before the drain: what the broker appended is in it
-            for kind, (buffered, _, _) in kinds.items():
-                # Only this thread pops, so at least len() rows are there; popped in C, at most
-                # a batch per write (files rotate between writes).
-                while buffered:
-                    rows = list(islice(iter(buffered.popleft, None), min(len(buffered), batch)))
+            for kind, (buffered, _, _, _) in self._kinds.items():
+                # What is there now (only this thread pops, so at least that many), popped in
+                # C, at most a batch per write (files rotate between writes). Rows appended
+                # meanwhile wait for the next wake-up: small row groups cost a write each.
+                waiting = len(buffered)
+                while waiting:
+                    rows = list(islice(iter(buffered.popleft, None), min(waiting, batch)))
+                    waiting -= len(rows)
                     taken += len(rows)
                     write(kind, rows)
             self.stats.recorded = taken + self.stats.dropped
