@@ -2,20 +2,28 @@
 
 A broker subprocess (tracing off or on, to a temp dir), two echo worker subprocesses, and in this
 process 8 concurrent ``Client`` loops sending 32-byte requests back to back for a fixed time.
-The off/on pair is run twice in the order off, on, on, off so that drift on a shared machine
-cancels; the ratio is on/off of the summed rates. Goal (issue 15): tracing costs at most 10 %.
+The off/on pair is run twice in the order off, on, on, off (``--rounds N``: N times over) so
+that drift on a shared machine cancels; the ratio is on/off of the summed rates. Goal (issue 15):
+tracing costs at most 10 %.
 
-Usage: ``python benchmarks/trace_overhead.py [--seconds 5] [--quick]`` (``--reps``/``--json``
-are accepted for ``nox -s bench`` and ignored). Needs pyarrow (``domo[trace]``): without it, it
-says so and exits 0.
+Beside the rates it prints the broker process's CPU time per request (user + system, all its
+threads, the writer's included; from ``/proc``, so on Linux only) over the same windows: what
+tracing costs the broker itself, which the other processes' share of two busy cores does not blur
+as much as it blurs the rates.
+
+Usage: ``python benchmarks/trace_overhead.py [--seconds 5] [--rounds 1] [--quick]``
+(``--reps``/``--json`` are accepted for ``nox -s bench`` and ignored). Needs pyarrow
+(``domo[trace]``): without it, it says so and exits 0.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from functools import partial
 
 import trio
@@ -36,7 +44,19 @@ async def _worker(endpoint: str) -> None:
     await run_worker(endpoint, "echo", echo)
 
 
-async def _load(endpoint: str, seconds: float, clients: int) -> float:
+async def _timed_load(
+    endpoint: str, seconds: float, broker: int
+) -> tuple[float, float | None, float | None]:
+    """``_load``'s rate, with the broker's CPU time read at the start and end of the window."""
+    marks: list[float | None] = []
+    rate = await _load(endpoint, seconds, 8, lambda: marks.append(_cpu_seconds(broker)))
+    marks.append(_cpu_seconds(broker))
+    return rate, marks[0], marks[1]
+
+
+async def _load(
+    endpoint: str, seconds: float, clients: int, on_start: Callable[[], None] = lambda: None
+) -> float:
     done = [0]
 
     async def loop(stop: float) -> None:
@@ -48,6 +68,7 @@ async def _load(endpoint: str, seconds: float, clients: int) -> float:
     async with Client(endpoint, timeout=10.0) as client:  # warm up: the workers are there
         for _ in range(100):
             await client.request("echo", b"x" * 32)
+    on_start()
     stop = trio.current_time() + seconds
     async with trio.open_nursery() as nursery:
         for _ in range(clients):
@@ -55,7 +76,18 @@ async def _load(endpoint: str, seconds: float, clients: int) -> float:
     return done[0] / seconds
 
 
-def _run(endpoint: str, trace_dir: str, seconds: float) -> float:
+def _cpu_seconds(pid: int) -> float | None:
+    """User + system CPU time of process ``pid`` so far (all threads), or None without /proc."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _run(endpoint: str, trace_dir: str, seconds: float) -> tuple[float, float | None]:
+    """Requests per second, and the broker's CPU seconds over the timed window (or None)."""
     me = [sys.executable, __file__]
     broker = subprocess.Popen([*me, "broker", endpoint, trace_dir], stdout=subprocess.PIPE)
     peers = [broker]
@@ -63,7 +95,9 @@ def _run(endpoint: str, trace_dir: str, seconds: float) -> float:
         assert broker.stdout is not None
         assert broker.stdout.readline().strip() == b"ready"
         peers += [subprocess.Popen([*me, "worker", endpoint]) for _ in range(2)]
-        return trio.run(_load, endpoint, seconds, 8)
+        rate, before, after = trio.run(_timed_load, endpoint, seconds, broker.pid)
+        cpu = None if before is None or after is None else after - before
+        return rate, cpu
     finally:
         for peer in peers:
             peer.kill()  # by PID: the processes this script started
@@ -76,6 +110,7 @@ def main() -> None:
     parser.add_argument("endpoint", nargs="?", default="tcp://127.0.0.1:5597")
     parser.add_argument("trace_dir", nargs="?", default="")
     parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--rounds", type=int, default=1, help="times over off, on, on, off")
     parser.add_argument("--quick", action="store_true", help="1 s per run")
     parser.add_argument("--reps", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--json", help=argparse.SUPPRESS)
@@ -93,14 +128,31 @@ def main() -> None:
         return
     seconds = 1.0 if args.quick else args.seconds
     rates: dict[str, float] = {"off": 0.0, "on": 0.0}
+    cpu: dict[str, float | None] = {"off": 0.0, "on": 0.0}
+    done: dict[str, float] = {"off": 0.0, "on": 0.0}
     with tempfile.TemporaryDirectory() as traces:
-        for mode in ("off", "on", "on", "off"):
-            rate = _run(args.endpoint, traces if mode == "on" else "", seconds)
+        for mode in ("off", "on", "on", "off") * max(1, args.rounds):
+            rate, spent = _run(args.endpoint, traces if mode == "on" else "", seconds)
             rates[mode] += rate
-            print(f"tracing {mode:3s}: {rate:8.0f} requests/s")
+            done[mode] += rate * seconds
+            so_far = cpu[mode]
+            cpu[mode] = None if so_far is None or spent is None else so_far + spent
+            per = (
+                ""
+                if spent is None
+                else f", broker CPU {spent / (rate * seconds) * 1e6:5.1f} us/req"
+            )
+            print(f"tracing {mode:3s}: {rate:8.0f} requests/s{per}", flush=True)
     ratio = rates["on"] / rates["off"]
     verdict = "meets" if ratio >= 0.9 else "misses"
     print(f"tracing on/off throughput: {ratio:.3f} ({verdict} the goal >= 0.90)")
+    off_cpu, on_cpu = cpu["off"], cpu["on"]
+    if off_cpu is not None and on_cpu is not None:
+        off_per, on_per = off_cpu / done["off"] * 1e6, on_cpu / done["on"] * 1e6
+        print(
+            f"broker CPU per request: off {off_per:.1f} us, on {on_per:.1f} us "
+            f"(on/off {on_per / off_per:.3f})"
+        )
 
 
 if __name__ == "__main__":

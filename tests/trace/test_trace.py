@@ -225,3 +225,84 @@ def test_cli_broker_writes_traces_a_newcomer_can_read(tmp_path: Path) -> None:
     assert [(r["service"], r["outcome"], r["request_size"]) for r in requests] == [
         ("echo", "completed", 3)
     ] * 3
+
+
+def test_every_event_of_a_request_lands_in_its_record(tmp_path: Path) -> None:
+    """The fold, event by event: two dispatches, a re-dispatch, PARTIALs, an expiry, a drop."""
+    from domo.protocol import events as ev
+
+    recorder = trace.TraceRecorder(tmp_path, wall_anchor=100.0, dialect=None)
+    for event in [
+        ev.RequestQueued(1, b"c", b"sv\xff", 5, 1.0),
+        ev.RequestDispatched(1, b"c", b"sv\xff", b"w1", 1, 0.5, 1.5),
+        ev.RequestRedispatched(1, b"c", b"sv\xff", b"w1", 1, 2.0),
+        ev.RequestDispatched(1, b"c", b"sv\xff", b"w2", 2, 0.25, 2.25),
+        ev.PartialForwarded(1, b"c", b"sv\xff", b"w2", 7, 2.5),
+        ev.PartialForwarded(1, b"c", b"sv\xff", b"w2", 3, 2.6),
+        ev.RequestCompleted(1, b"c", b"sv\xff", b"w2", 2, 9, 1.0, 3.0),
+        ev.RequestQueued(2, b"c", b"x", 1, 4.0),
+        ev.RequestExpired(2, b"c", b"x", 1.0, 5.0),
+        ev.RequestQueued(3, b"c", b"x", 1, 4.0),
+        ev.RequestDispatched(3, b"c", b"x", b"w1", 1, 0.5, 4.5),
+        ev.RequestDropped(3, b"c", b"x", "client-unreachable", b"w1", "MDP-D-24", 6.0),
+    ]:
+        recorder.on_event(event)
+    stats = recorder.close()
+    assert (stats.recorded, stats.written, stats.dropped, stats.lost) == (3, 3, 0, 0)
+    shared = {"client": b"c", "dialect": None, "wall_anchor": 100.0, "rule": None}
+    assert read(tmp_path, "requests") == [
+        {
+            **shared,
+            "request_id": 1,
+            "service": "sv\\xff",
+            "workers": [b"w1", b"w2"],
+            "received": 1.0,
+            "dispatches": [1.5, 2.25],
+            "queue_waits": [0.5, 0.25],
+            "first_partial": 2.5,
+            "finished": 3.0,
+            "outcome": "completed",
+            "redispatches": 1,
+            "request_size": 5,
+            "reply_size": 9,
+            "partials": 2,
+            "partial_bytes": 10,
+            "drop_reason": None,
+        },
+        {
+            **shared,
+            "request_id": 2,
+            "service": "x",
+            "workers": [],
+            "received": 4.0,
+            "dispatches": [],
+            "queue_waits": [],
+            "first_partial": None,
+            "finished": 5.0,
+            "outcome": "expired",
+            "redispatches": 0,
+            "request_size": 1,
+            "reply_size": None,
+            "partials": 0,
+            "partial_bytes": 0,
+            "drop_reason": None,
+        },
+        {
+            **shared,
+            "request_id": 3,
+            "service": "x",
+            "workers": [b"w1"],
+            "received": 4.0,
+            "dispatches": [4.5],
+            "queue_waits": [0.5],
+            "first_partial": None,
+            "finished": 6.0,
+            "outcome": "dropped",
+            "redispatches": 0,
+            "request_size": 1,
+            "reply_size": None,
+            "partials": 0,
+            "partial_bytes": 0,
+            "drop_reason": "client-unreachable",
+        },
+    ]
