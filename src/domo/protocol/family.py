@@ -349,6 +349,14 @@ class FamilyBroker:
     def workers(self) -> dict[bytes, WorkerView]:
         return self.core.workers()
 
+    def serves(self, peer: bytes, connection: int = 0) -> bool:
+        """Whether routing id ``peer`` on ``connection`` is a registered worker (any dialect)."""
+        core = self.core
+        if connection == 0 and core.worker_state(peer) in _REGISTERED:
+            return True
+        keys = self._keys_of.get((connection, peer))
+        return keys is not None and any(core.worker_state(key) in _REGISTERED for key in keys)
+
     def route(self, key: bytes) -> PeerRoute | None:
         """How a peer key is reached, or None for an MDP/0.2 peer on connection 0 (its key is
         its routing id)."""
