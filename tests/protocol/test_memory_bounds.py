@@ -290,3 +290,23 @@ def test_the_table_of_congested_clients_stays_bounded() -> None:
     for index in range(5000):
         broker.peer_congested(b"C%d" % index, index * 0.01)
     assert len(broker._congested) <= 2 * 301 + 1024  # those of the last 3 s, and the slack
+
+
+def test_only_a_worker_that_is_no_client_is_left_out_of_the_pending_count() -> None:
+    """MDP-D-30: a runtime leaves a message out of the pending bytes only if its peer is a
+    registered worker holding nothing as a client (MDP-A-02); a client, an unknown peer, a peer
+    on another connection, and a worker with a request of its own in flight are counted."""
+    broker = FamilyBroker(BrokerConfig(heartbeat_interval=1.0))
+    assert not broker.only_serves(b"W1")
+    broker.receive(b"W1", [W, b"\x01", b"echo"], 0.0)
+    assert broker.only_serves(b"W1")
+    assert not broker.only_serves(b"W1", connection=1)
+    broker.receive(b"C1", [C, b"\x01", b"echo", b"hi"], 0.1)
+    assert not broker.only_serves(b"C1")
+    assert broker.only_serves(b"W1")  # busy with C1's request, still only a worker
+    [(_, peer, frames)] = broker.take_outgoing()
+    assert peer == b"W1"
+    assert list(frames[:2]) == [W, b"\x02"]  # the REQUEST, sent while W1 is only a worker
+    broker.flushed()
+    broker.receive(b"W1", [C, b"\x01", b"echo", b"mine"], 0.2)  # W1 asks too (MDP-A-02)
+    assert not broker.only_serves(b"W1")

@@ -119,8 +119,8 @@ class ZmqConnection(Generic[FrameT]):
         self._socket = socket
         self._views_from = views_from
         self._pending = pending  # a broker's ROUTER: large messages count against it (MDP-D-30)
-        # Set by the broker: is this routing id a worker's? A worker's pipe holds one REQUEST
-        # at most, whose body the broker holds anyway (MDP-D-26): it does not count (MDP-D-30).
+        # Set by the broker: is this routing id only a worker? A worker's pipe holds one
+        # REQUEST at most, whose body the broker holds anyway (MDP-D-26): not counted (MDP-D-30).
         self.uncounted: Callable[[bytes], bool] | None = None
         self._fd = cast(int, socket.getsockopt(zmq.FD))
         self._has_message = False  # EVENTS showed a message, and no receive has run since

@@ -201,7 +201,7 @@ async def serve_broker(
         ]
         for index, conn in enumerate(conns):
             if isinstance(conn, ZmqConnection):  # a worker's REQUEST is not counted (MDP-D-30)
-                conn.uncounted = partial(broker.serves, connection=index)
+                conn.uncounted = partial(broker.only_serves, connection=index)
         try:
             logger.info("broker bound to %s", ", ".join(bound))
             task_status.started(bound)
