@@ -125,18 +125,21 @@ async def test_a_frame_over_max_message_bytes_is_reported_as_a_closed_connection
     """MDP-D-31, MDP-D-25: a peer sends one frame over max_message_bytes; ZeroMQ closes its
     connection, and the broker reports that (an event, a log line naming both rules, a
     metric), while an honest client is served before and after."""
-    pytest.importorskip("prometheus_client")
-    from domo.metrics import BrokerMetrics
-
     config = BrokerConfig(
         heartbeat_interval=0.5, liveness=3, max_message_bytes=64 * KIB, max_peer_bytes=256 * KIB
     )
-    metrics = BrokerMetrics(config)
+    try:  # the metrics extra: absent in some sessions (the mutants'), where the rest still runs
+        from domo.metrics import BrokerMetrics
+
+        metrics: BrokerMetrics | None = BrokerMetrics(config)
+    except ImportError:
+        metrics = None
     events: Recorder[BrokerEvent] = Recorder()
 
     def on_event(event: BrokerEvent) -> None:
         events(event)
-        metrics.on_event(event)
+        if metrics is not None:
+            metrics.on_event(event)
 
     context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
     sender = context.socket(zmq.DEALER)
@@ -152,7 +155,10 @@ async def test_a_frame_over_max_message_bytes_is_reported_as_a_closed_connection
                     assert await client.request("echo", b"before") == [b"before"]
                     sender.connect(bound[0])
                     sender.send_multipart([b"MDPC02", b"\x01", b"echo", b"x" * (100 * KIB)])
-                    closed = await events.wait_for(ConnectionClosed)
+                    closed = None
+                    with trio.move_on_after(5):  # ZeroMQ closes it at once; the report follows
+                        closed = await events.wait_for(ConnectionClosed)
+                    assert closed is not None, "the closed connection was not reported"
                     for index in range(20):
                         body = b"after %d" % index
                         assert await client.request("echo", body) == [body]
@@ -167,6 +173,7 @@ async def test_a_frame_over_max_message_bytes_is_reported_as_a_closed_connection
     assert lines
     assert "frame over max_message_bytes (MDP-D-25)" in lines[0]
     assert "(MDP-D-31)" in lines[0]
-    total = metrics.registry.get_sample_value("domo_connections_closed_total")
-    assert total is not None
-    assert total >= 1
+    if metrics is not None:
+        total = metrics.registry.get_sample_value("domo_connections_closed_total")
+        assert total is not None
+        assert total >= 1
