@@ -12,6 +12,7 @@ import pytest
 
 from domo import eventlog
 from domo.protocol.events import (
+    ConnectionClosed,
     MmiReplied,
     ProtocolViolation,
     ReconnectRequired,
@@ -193,3 +194,32 @@ def test_a_flood_of_violations_is_rate_limited_and_counted(
     finally:
         logger.removeHandler(handler2)
     assert len(stream2.getvalue().splitlines()) == 50
+
+
+def test_closed_connections_are_rate_limited_and_counted(monkeypatch: pytest.MonkeyPatch) -> None:
+    """MDP-D-31: a peer reconnecting at line rate (or sending oversized frames, MDP-D-25) writes
+    10 ConnectionClosed lines a second, then the count of those left out."""
+    now = [100.0]
+    monkeypatch.setattr(eventlog, "VIOLATIONS", eventlog.ViolationLimiter(clock=lambda: now[0]))
+    stream = io.StringIO()
+    logger = logging.getLogger("domo.test.closed")
+    handler = logging.StreamHandler(stream)
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    closed = ConnectionClosed("tcp://127.0.0.1:5555", "by its peer, or by ZeroMQ", "MDP-D-31", 1.0)
+    try:
+        for _ in range(100):
+            eventlog.log_event(logger, closed)
+        now[0] += 1.0
+        eventlog.log_event(logger, closed)
+    finally:
+        logger.removeHandler(handler)
+    lines = stream.getvalue().splitlines()
+    assert len(lines) == 11
+    assert lines[0] == (
+        "ConnectionClosed: a connection on tcp://127.0.0.1:5555 closed: by its peer, or by "
+        "ZeroMQ (MDP-D-31)"
+    )
+    assert lines[10].endswith(
+        "(and 90 more connections closed of MDP-D-31 left out of the log in the last 1 s)"
+    )

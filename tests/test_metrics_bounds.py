@@ -18,7 +18,8 @@ CONFIG = BrokerConfig(
     heartbeat_interval=1.0,
     max_message_bytes=10 * KIB,
     max_held_bytes=20 * KIB,
-    max_peer_bytes=20 * KIB,
+    max_peer_bytes=40 * KIB,
+    max_pending_bytes=30 * KIB,
 )
 
 
@@ -38,7 +39,8 @@ def test_held_bytes_and_refusals_follow_the_core() -> None:
         )
         return 0.0 if value is None else value
 
-    for bound, value in [("held", 20 * KIB), ("message", 10 * KIB), ("peer", 20 * KIB)]:
+    bounds = [("held", 20), ("message", 10), ("peer", 40), ("pending", 30)]  # KiB
+    for bound, value in [(name, kib * KIB) for name, kib in bounds]:
         assert metrics.registry.get_sample_value("domo_bytes_limit", {"bound": bound}) == value
     feed(broker.receive(b"C1", [C02, b"\x01", b"echo", b"x" * (8 * KIB)], 0.0))
     feed(broker.receive(b"C2", [C02, b"\x01", b"echo", b"x" * (8 * KIB)], 0.1))
@@ -63,5 +65,10 @@ def test_read_status_shows_the_bytes_held_and_the_refusals() -> None:
     host, port = serve_metrics("127.0.0.1:0", metrics)
     status = read_status(f"http://{host}:{port}/metrics")
     assert status.held_bytes == 8 * KIB
-    assert status.limits == {"held": 20 * KIB, "message": 10 * KIB, "peer": 20 * KIB}
+    assert status.limits == {
+        "held": 20 * KIB,
+        "message": 10 * KIB,
+        "peer": 40 * KIB,
+        "pending": 30 * KIB,
+    }
     assert status.refused == {"MDP-D-25": 1}

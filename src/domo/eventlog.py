@@ -69,7 +69,14 @@ _LEVELS: Final[dict[str, int]] = dict.fromkeys(_DEBUG, logging.DEBUG) | {
 
 
 # Events a remote peer can cause at line rate: logged at most ``burst`` a window per rule id.
-_LIMITED: Final = frozenset({"ProtocolViolation", "RequestRefused"})
+_LIMITED: Final = frozenset({"ProtocolViolation", "RequestRefused", "ConnectionClosed"})
+
+
+_LEFT_OUT: Final = {
+    "ProtocolViolation": "violations",
+    "RequestRefused": "refusals",
+    "ConnectionClosed": "connections closed",
+}
 
 
 def level_of(event: object) -> int:
@@ -80,9 +87,10 @@ def level_of(event: object) -> int:
 def log_event(logger: logging.Logger, event: object) -> None:
     """Log ``event`` on ``logger`` at its level: a readable line, the event kept on the record.
 
-    Violations by remote peers, and requests refused at a memory bound, are rate-limited
-    (``ViolationLimiter``, per rule id): a flood of garbage or of oversized requests must not
-    flood the log, and what was left out is counted in the next line that is written.
+    Violations by remote peers, requests refused at a memory bound, and connections closed are
+    rate-limited (``ViolationLimiter``, per rule id): a flood of garbage, of oversized requests
+    or of connections must not flood the log, and what was left out is counted in the next line
+    that is written.
     """
     level = level_of(event)
     if not logger.isEnabledFor(level):
@@ -98,7 +106,7 @@ def log_event(logger: logging.Logger, event: object) -> None:
                 "%s (and %d more %s of %s left out of the log in the last %g s)",
                 _Described(event),
                 suppressed,
-                "violations" if kind == "ProtocolViolation" else "refusals",
+                _LEFT_OUT[kind],
                 getattr(event, "rule", "?"),
                 VIOLATIONS.window,
                 extra={EVENT_ATTRIBUTE: event, "suppressed": suppressed},
@@ -219,6 +227,7 @@ _TEMPLATES: Final[dict[str, Callable[[Any], str]]] = {
         f"request for {_text(e.service)} from client {peer_text(e.client)} refused: {e.reason} "
         f"({e.rule}; {e.size} bytes, {e.held} held)"
     ),
+    "ConnectionClosed": lambda e: f"a connection on {e.endpoint} closed: {e.reason} ({e.rule})",
     "MmiReplied": lambda e: (
         f"client {peer_text(e.client)} asked {_text(e.service)} about {_text(e.query)}: "
         f"{_text(e.status).strip(chr(39))}"

@@ -12,7 +12,9 @@
 - ``domo_workers{service,state}`` (state ``idle`` or ``busy``) and
   ``domo_queued_requests{service}``, gauges that follow the events (registered, dispatched,
   completed, lost);
-- ``domo_worker_losses_total{reason}`` and ``domo_violations_total{rule}``.
+- ``domo_worker_losses_total{reason}`` and ``domo_violations_total{rule}``;
+- ``domo_connections_closed_total``: connections the broker lost, by the peer's doing or
+  ZeroMQ's (a frame over ``max_message_bytes``, MDP-D-31).
 
 Label values are bounded, so a peer cannot grow the registry without limit: a service becomes a
 label once a worker has registered for it (requests for services nobody serves count under
@@ -32,6 +34,7 @@ from typing import Any, Final
 from domo.protocol.broker import BrokerConfig
 from domo.protocol.events import (
     BrokerEvent,
+    ConnectionClosed,
     MessageDropped,
     PartialForwarded,
     ProtocolViolation,
@@ -55,7 +58,7 @@ LATENCY_BUCKETS: Final = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 
 # A request dropped for these reasons stays with its worker until the worker's FINAL comes
 # (dropped then, MessageDropped) or the worker is lost: the worker is busy meanwhile.
 WORKER_CARRIES_ON: Final = frozenset(
-    {"client-unreachable", "client-congested", "partial-too-large"}
+    {"client-unreachable", "client-congested", "pending-full", "partial-too-large"}
 )
 MAX_SERVICES: Final = 1000  # distinct service labels; later services count under NO_SERVICE
 
@@ -69,7 +72,7 @@ class BrokerMetrics:
 
     def __init__(self, config: BrokerConfig | None = None) -> None:
         """``config``: the broker's, whose byte bounds ``domo_bytes_limit`` shows (MDP-D-25 to
-        MDP-D-27); the defaults if not given."""
+        MDP-D-27, MDP-D-30); the defaults if not given."""
         from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
         self.registry = CollectorRegistry(auto_describe=True)
@@ -115,6 +118,10 @@ class BrokerMetrics:
             "domo_requests_refused", "Requests refused at a memory bound, by reason and rule",
             ["reason", "rule"], registry=r,
         )  # fmt: skip
+        self.closed = Counter(
+            "domo_connections_closed", "Connections closed, by the peer or by ZeroMQ for a "
+            "frame over max_message_bytes (MDP-D-31, MDP-D-25)", registry=r,
+        )  # fmt: skip
         self.held = Gauge(
             "domo_held_bytes", "Request bodies the broker holds (MDP-D-26)", registry=r
         )
@@ -123,6 +130,7 @@ class BrokerMetrics:
         limits.labels("held").set(config.max_held_bytes)  # MDP-D-26
         limits.labels("message").set(config.max_message_bytes)  # MDP-D-25
         limits.labels("peer").set(config.max_peer_bytes)  # MDP-D-27, each way
+        limits.labels("pending").set(config.max_pending_bytes)  # MDP-D-30, all peers
         self._sizes: dict[int, int] = {}  # outstanding request id -> its body's bytes
         self._services: set[bytes] = set()  # the services that may be a label
         # Busy worker -> the request it holds (id, service), as the events tell it. A FINAL is
@@ -192,6 +200,8 @@ class BrokerMetrics:
             self.violations.labels(event.rule).inc()
         elif isinstance(event, RequestRefused):
             self.refused.labels(event.reason, event.rule).inc()
+        elif isinstance(event, ConnectionClosed):
+            self.closed.inc()
 
     def _unhold(self, request_id: int) -> None:
         size = self._sizes.pop(request_id, None)

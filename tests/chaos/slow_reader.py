@@ -9,11 +9,14 @@ broker takes them), so its replies pile up on the broker's side of its connectio
 
 Without byte bounds the broker kept up to 10,000 of those replies per reader (issue 14: 3.0 GB).
 With them, a reader's pipe holds at most ``max_peer_bytes`` (MDP-D-27); past that its requests
-are dropped (``client-congested``, MDP-D-15), and the broker holds no more. Reported:
+are dropped (``client-congested``, MDP-D-15), and the broker holds no more. The replies pending
+to all readers together are at most ``max_pending_bytes`` (MDP-D-30; ``pending-full`` past it).
+Reported:
 
 - the broker's RSS at the start and its peak (sampled every 20 ms) and after the readers left;
-- the bound it is checked against: ``base + readers * 2 * max_peer_bytes + max_held_bytes``
-  (each reader's pipe both ways, and the request bodies the broker may hold, MDP-D-26);
+- the bound it is checked against: ``base + readers * max_peer_bytes + min(readers *
+  max_peer_bytes, max_pending_bytes) + max_held_bytes`` (each reader's pipe in, the replies
+  pending to all of them, and the request bodies the broker may hold, MDP-D-26);
 - the honest client's requests per second with the readers against alone;
 - how many requests the readers sent.
 
@@ -45,7 +48,8 @@ MIB = 1024 * 1024
 
 @dataclass
 class SlowReaderConfig:
-    """One run's shape; the byte bounds are the broker's options (MDP-D-25 to MDP-D-27)."""
+    """One run's shape; the byte bounds are the broker's options (MDP-D-25 to MDP-D-27,
+    MDP-D-30)."""
 
     seconds: float = 3.0  # each phase: the honest client alone, then beside the readers
     readers: int = 1
@@ -54,6 +58,7 @@ class SlowReaderConfig:
     max_message_bytes: int = 2 * MIB
     max_peer_bytes: int = 16 * MIB
     max_held_bytes: int = 32 * MIB
+    max_pending_bytes: int = 24 * MIB  # more than one reader's pipe, less than two
     heartbeat: float = 1.0
     # Extra options for the broker, e.g. to run it without bounds for comparison.
     broker_options: list[str] = field(default_factory=list)
@@ -123,6 +128,7 @@ def run_slow_reader(config: SlowReaderConfig | None = None) -> SlowReaderResult:
         *("--max-message-bytes", str(config.max_message_bytes)),
         *("--max-peer-bytes", str(config.max_peer_bytes)),
         *("--max-held-bytes", str(config.max_held_bytes)),
+        *("--max-pending-bytes", str(config.max_pending_bytes)),
     ]
     started: list[subprocess.Popen[bytes]] = []
     context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
@@ -160,9 +166,10 @@ def run_slow_reader(config: SlowReaderConfig | None = None) -> SlowReaderResult:
                 )
             _honest(endpoint, 0.5, context)  # warm up: a worker is registered
             result.rss_start_kib = _rss_kib(broker.pid)
+            pipes = config.readers * config.max_peer_bytes
+            outbound = min(pipes, config.max_pending_bytes)
             result.bound_kib = (
-                result.rss_start_kib
-                + (config.readers * 2 * config.max_peer_bytes + config.max_held_bytes) // 1024
+                result.rss_start_kib + (pipes + outbound + config.max_held_bytes) // 1024
             )
             alone = _honest(endpoint, config.seconds, context)
             peak = [result.rss_start_kib]
@@ -213,6 +220,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-peer-bytes", type=int, default=defaults.max_peer_bytes)
     parser.add_argument("--max-held-bytes", type=int, default=defaults.max_held_bytes)
     parser.add_argument("--max-message-bytes", type=int, default=defaults.max_message_bytes)
+    parser.add_argument("--max-pending-bytes", type=int, default=defaults.max_pending_bytes)
     parser.add_argument("--reader-only", nargs=4, help="internal")
     options = parser.parse_args(argv)
     if options.reader_only:
@@ -227,6 +235,7 @@ def main(argv: list[str] | None = None) -> int:
         max_message_bytes=options.max_message_bytes,
         max_peer_bytes=options.max_peer_bytes,
         max_held_bytes=options.max_held_bytes,
+        max_pending_bytes=options.max_pending_bytes,
     )
     result = run_slow_reader(config)
     report = asdict(result) | {

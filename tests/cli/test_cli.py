@@ -717,8 +717,14 @@ async def test_a_body_too_large_for_the_heartbeat_is_named(domo: StartDomo) -> N
     call's message say so, with the option to change, instead of "is the broker up?"."""
     beats = ["--heartbeat-interval", "0.05", "--liveness", "2"]
     # MDP-D-25, MDP-D-27: 300 MB passes, and a pipe holds 4 such messages (with 1, a HEARTBEAT
-    # waiting in the worker's pipe would make the REQUEST's send fail: the worker "congested").
-    bounds = ["--max-message-bytes=400M", "--max-peer-bytes=1600M", "--max-held-bytes=400M"]
+    # waiting in the worker's pipe would make the REQUEST's send fail: the worker "congested",
+    # hence MDP-D-32); MDP-D-30: the pending bytes must hold one such message.
+    bounds = [
+        "--max-message-bytes=400M",
+        "--max-peer-bytes=1600M",
+        "--max-held-bytes=400M",
+        "--max-pending-bytes=400M",
+    ]
     broker = await domo("broker", "--bind", "tcp://127.0.0.1:0", *beats, *bounds)
     endpoint = await broker.endpoint()
     await domo("worker", "echo", "--connect", endpoint, *beats)

@@ -46,7 +46,7 @@ def _ready(broker: Broker, worker: bytes, now: float) -> None:
 
 def test_a_request_over_max_message_bytes_is_refused_and_nothing_held() -> None:
     """MDP-D-25: refused, with the rule and the size; the client's state does not change."""
-    broker = _broker(max_message_bytes=10 * KIB, max_held_bytes=100 * KIB, max_peer_bytes=20 * KIB)
+    broker = _broker(max_message_bytes=10 * KIB, max_held_bytes=100 * KIB, max_peer_bytes=40 * KIB)
     _ready(broker, b"W1", 0.0)
     events = _request(broker, b"C1", 10 * KIB + 1, 0.1)
     assert events == [RequestRefused(b"C1", b"echo", "too-large", 10 * KIB + 1, 0, "MDP-D-25", 0.1)]
@@ -63,7 +63,7 @@ def test_a_request_over_max_message_bytes_is_refused_and_nothing_held() -> None:
 
 def test_the_body_is_summed_over_its_frames() -> None:
     """MDP-D-25 counts the body, every frame of it."""
-    broker = _broker(max_message_bytes=10 * KIB, max_held_bytes=100 * KIB, max_peer_bytes=20 * KIB)
+    broker = _broker(max_message_bytes=10 * KIB, max_held_bytes=100 * KIB, max_peer_bytes=40 * KIB)
     frames = [C, b"\x01", b"echo", b"a" * (6 * KIB), b"b" * (6 * KIB)]
     [refused] = broker.receive(b"C1", frames, 0.0)
     assert isinstance(refused, RequestRefused)
@@ -73,7 +73,7 @@ def test_the_body_is_summed_over_its_frames() -> None:
 def test_requests_over_max_held_bytes_are_refused_until_one_ends() -> None:
     """MDP-D-26: the queued bodies never pass max_held_bytes; a refusal names the bytes held;
     a request that ends (completed, expired, dropped) gives its bytes back."""
-    broker = _broker(max_message_bytes=40 * KIB, max_held_bytes=100 * KIB, max_peer_bytes=40 * KIB)
+    broker = _broker(max_message_bytes=40 * KIB, max_held_bytes=100 * KIB, max_peer_bytes=160 * KIB)
     for index in range(3):  # no worker: they wait in the queue
         events = _request(broker, b"C%d" % index, 30 * KIB, 0.1)
         assert [type(e) for e in events] == [RequestQueued]
@@ -124,7 +124,7 @@ def test_requests_over_max_held_bytes_are_refused_until_one_ends() -> None:
 
 def test_a_final_over_max_message_bytes_is_not_relayed() -> None:
     """MDP-D-25: the request is dropped with the rule; the worker is idle and takes the next."""
-    broker = _broker(max_message_bytes=10 * KIB, max_held_bytes=100 * KIB, max_peer_bytes=20 * KIB)
+    broker = _broker(max_message_bytes=10 * KIB, max_held_bytes=100 * KIB, max_peer_bytes=40 * KIB)
     _ready(broker, b"W1", 0.0)
     _request(broker, b"C1", 10, 0.1)
     _request(broker, b"C2", 10, 0.1)
@@ -146,7 +146,7 @@ def test_a_final_over_max_message_bytes_is_not_relayed() -> None:
 def test_a_partial_over_max_message_bytes_ends_the_request_and_the_worker_finishes() -> None:
     """MDP-D-25: a PARTIAL too large drops its request; the worker's later replies for it are
     dropped, its FINAL makes it idle again, and nothing reaches the client."""
-    broker = _broker(max_message_bytes=10 * KIB, max_held_bytes=100 * KIB, max_peer_bytes=20 * KIB)
+    broker = _broker(max_message_bytes=10 * KIB, max_held_bytes=100 * KIB, max_peer_bytes=40 * KIB)
     _ready(broker, b"W1", 0.0)
     _request(broker, b"C1", 10, 0.1)
     broker.take_outgoing()
@@ -172,7 +172,7 @@ def test_a_partial_over_max_message_bytes_ends_the_request_and_the_worker_finish
 def test_the_family_broker_applies_the_same_bounds_to_other_dialects() -> None:
     """MDP-D-25 and MDP-D-26 through FamilyBroker, for an MDP/0.1 REQ client too."""
     config = BrokerConfig(
-        max_message_bytes=10 * KIB, max_held_bytes=15 * KIB, max_peer_bytes=20 * KIB
+        max_message_bytes=10 * KIB, max_held_bytes=15 * KIB, max_peer_bytes=40 * KIB
     )
     broker = FamilyBroker(config)
     big = [b"", b"MDPC01", b"echo", b"x" * (10 * KIB + 1)]
@@ -195,11 +195,15 @@ def test_the_family_broker_applies_the_same_bounds_to_other_dialects() -> None:
         ({"max_message_bytes": 0}, "max_message_bytes must be >= 1"),
         ({"max_message_bytes": 10, "max_held_bytes": 9}, "max_held_bytes"),
         ({"max_message_bytes": 10, "max_peer_bytes": 9}, "max_peer_bytes"),
+        ({"max_message_bytes": 10, "max_peer_bytes": 39}, r"at least 4 x max_message_bytes"),
+        ({"max_message_bytes": 10, "max_pending_bytes": 9}, "max_pending_bytes"),
     ],
 )
 def test_limits_that_cannot_hold_one_message_are_refused(
     limits: dict[str, int], message: str
 ) -> None:
+    """MDP-D-25..27, MDP-D-30; MDP-D-32: a pipe must hold at least four of the largest
+    messages."""
     with pytest.raises(ValueError, match=message):
         BrokerConfig(**limits)
 
@@ -207,8 +211,10 @@ def test_limits_that_cannot_hold_one_message_are_refused(
 def test_pipe_messages_is_the_peer_bound_over_the_largest_message() -> None:
     """MDP-D-27: the high-water mark a runtime gives each pipe; defaults 64 MiB / 4 MiB."""
     assert BrokerConfig().pipe_messages == 16
-    config = BrokerConfig(max_message_bytes=1000, max_peer_bytes=2999, max_held_bytes=1000)
-    assert config.pipe_messages == 2
+    config = BrokerConfig(max_message_bytes=1000, max_peer_bytes=4999, max_held_bytes=1000)
+    assert config.pipe_messages == 4
+    least = BrokerConfig(max_message_bytes=1000, max_peer_bytes=4000, max_held_bytes=1000)
+    assert least.pipe_messages == 4  # MDP-D-32: the fewest allowed
 
 
 def test_a_request_that_waited_does_not_outlive_its_end() -> None:
@@ -216,7 +222,7 @@ def test_a_request_that_waited_does_not_outlive_its_end() -> None:
     timer entry behind when it was dispatched; that entry must not keep its body alive for
     ``request_expiry`` (it did: ~500 bytes a request, and the whole body, for 60 s), and the
     stale entries are dropped as they pile up (the heap stays within twice its live entries)."""
-    broker = _broker(max_message_bytes=10 * KIB, max_held_bytes=100 * KIB, max_peer_bytes=20 * KIB)
+    broker = _broker(max_message_bytes=10 * KIB, max_held_bytes=100 * KIB, max_peer_bytes=40 * KIB)
     _ready(broker, b"W1", 0.0)
     bodies = [b"%d" % n + b"b" * 1000 for n in range(3000)]
     baseline = [sys.getrefcount(body) for body in bodies]
@@ -244,7 +250,7 @@ def test_a_client_whose_pipe_was_full_is_refused_for_a_while() -> None:
     """MDP-D-29: after ``peer_congested`` a client's REQUESTs are refused (with the rule) for
     liveness x interval, its mmi.* requests still answered, other clients untouched; then it is
     served again. The table of such clients is forgotten as they expire."""
-    broker = _broker(max_message_bytes=10 * KIB, max_held_bytes=100 * KIB, max_peer_bytes=20 * KIB)
+    broker = _broker(max_message_bytes=10 * KIB, max_held_bytes=100 * KIB, max_peer_bytes=40 * KIB)
     _ready(broker, b"W1", 0.0)
     _request(broker, b"C1", 10, 0.1)
     [(worker, _)] = broker.take_outgoing()
@@ -284,3 +290,23 @@ def test_the_table_of_congested_clients_stays_bounded() -> None:
     for index in range(5000):
         broker.peer_congested(b"C%d" % index, index * 0.01)
     assert len(broker._congested) <= 2 * 301 + 1024  # those of the last 3 s, and the slack
+
+
+def test_only_a_worker_that_is_no_client_is_left_out_of_the_pending_count() -> None:
+    """MDP-D-30: a runtime leaves a message out of the pending bytes only if its peer is a
+    registered worker holding nothing as a client (MDP-A-02); a client, an unknown peer, a peer
+    on another connection, and a worker with a request of its own in flight are counted."""
+    broker = FamilyBroker(BrokerConfig(heartbeat_interval=1.0))
+    assert not broker.only_serves(b"W1")
+    broker.receive(b"W1", [W, b"\x01", b"echo"], 0.0)
+    assert broker.only_serves(b"W1")
+    assert not broker.only_serves(b"W1", connection=1)
+    broker.receive(b"C1", [C, b"\x01", b"echo", b"hi"], 0.1)
+    assert not broker.only_serves(b"C1")
+    assert broker.only_serves(b"W1")  # busy with C1's request, still only a worker
+    [(_, peer, frames)] = broker.take_outgoing()
+    assert peer == b"W1"
+    assert list(frames[:2]) == [W, b"\x02"]  # the REQUEST, sent while W1 is only a worker
+    broker.flushed()
+    broker.receive(b"W1", [C, b"\x01", b"echo", b"mine"], 0.2)  # W1 asks too (MDP-A-02)
+    assert not broker.only_serves(b"W1")

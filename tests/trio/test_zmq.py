@@ -157,7 +157,7 @@ async def test_large_bodies_arrive_intact(size: int) -> None:
         assert [hashlib.sha256(frame).digest() for frame in request] == digest
         return [*request, b"checked"]
 
-    limits = {"max_message_bytes": 65 << 20, "max_peer_bytes": 130 << 20}
+    limits = {"max_message_bytes": 65 << 20, "max_peer_bytes": 260 << 20}
     slow_beat = BrokerConfig(heartbeat_interval=2.0, liveness=3, max_held_bytes=130 << 20, **limits)
     with trio.fail_after(60):
         async with trio.open_nursery() as nursery:

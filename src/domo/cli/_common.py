@@ -223,7 +223,8 @@ class _AppendDistinctEndpoint(argparse.Action):
 
 
 def _add_memory_bounds(sub: argparse.ArgumentParser, defaults: BrokerConfig) -> None:
-    """The broker's byte bounds (specs/mdp-0.2.md, MDP-D-25 to MDP-D-27; docs/reliability.md)."""
+    """The broker's byte bounds (specs/mdp-0.2.md, MDP-D-25 to MDP-D-27, MDP-D-30, MDP-D-32;
+    docs/reliability.md)."""
     mib = 1024 * 1024
     sub.add_argument(
         "--max-message-bytes",
@@ -248,7 +249,18 @@ def _add_memory_bounds(sub: argparse.ArgumentParser, defaults: BrokerConfig) -> 
         metavar="SIZE",
         help="what one peer's pipe may hold each way: its high-water mark is this over "
         "--max-message-bytes messages; a client that does not read its replies is dropped at "
-        f"that mark (default: {defaults.max_peer_bytes // mib}MiB)",
+        f"that mark; at least 4 x --max-message-bytes (default: "
+        f"{defaults.max_peer_bytes // mib}MiB)",
+    )
+    sub.add_argument(
+        "--max-pending-bytes",
+        type=_byte_size,
+        default=defaults.max_pending_bytes,
+        metavar="SIZE",
+        help="what all peers' outbound pipes may hold together, in messages of 64KiB or more "
+        "not yet written to the network; a message that would go over is not sent and its "
+        "peer is treated as one whose pipe is full (default: "
+        f"{defaults.max_pending_bytes // mib}MiB)",
     )
 
 

@@ -144,6 +144,16 @@ async def _trim_memory() -> None:
         await trio.sleep(TRIM_INTERVAL)
 
 
+_BOUNDS: Final = ("max_message_bytes", "max_held_bytes", "max_peer_bytes", "max_pending_bytes")
+
+
+def _as_options(text: str) -> str:
+    """A ``BrokerConfig`` error in the words of the command line: field names as options."""
+    for name in _BOUNDS:
+        text = text.replace(name, "--" + name.replace("_", "-"))
+    return text
+
+
 async def _broker(args: argparse.Namespace) -> int:
     try:
         config = BrokerConfig(
@@ -154,9 +164,10 @@ async def _broker(args: argparse.Namespace) -> int:
             max_message_bytes=args.max_message_bytes,
             max_held_bytes=args.max_held_bytes,
             max_peer_bytes=args.max_peer_bytes,
+            max_pending_bytes=args.max_pending_bytes,
         )
-    except ValueError as bad:  # byte bounds that cannot hold one message of the largest size
-        print(f"domo broker: {bad}", file=sys.stderr)
+    except ValueError as bad:  # byte bounds that cannot hold the messages they must
+        print(f"domo broker: {_as_options(str(bad))}", file=sys.stderr)
         return EXIT_USAGE
     completed = 0
     late_workers = LateWorkerWatch(config)

@@ -73,6 +73,8 @@ from .mdp import CLIENT_HEADER, WORKER_HEADER, BodyFrame, Relayed
 from .timers import DeadlineHeap
 
 __all__ = [
+    "PENDING_FROM",
+    "PIPE_MIN_MESSAGES",
     "WORKER_TRANSITIONS",
     "Action",
     "Broker",
@@ -88,6 +90,12 @@ __all__ = [
 ]
 
 MIB: Final = 1024 * 1024
+# The fewest messages of the largest size a peer's pipe must hold (MDP-D-32): with fewer, a pipe
+# holding a few HEARTBEATs and a reply can refuse the next REQUEST to a live worker.
+PIPE_MIN_MESSAGES: Final = 4
+# Messages of this many bytes or more count against max_pending_bytes (MDP-D-30): the size from
+# which the runtimes hand a frame to ZeroMQ without a copy (pyzmq's COPY_THRESHOLD).
+PENDING_FROM: Final = 64 * 1024
 MMI_PREFIX: Final = b"mmi."
 MMI_SERVICE: Final = b"mmi.service"
 
@@ -124,7 +132,11 @@ class BrokerConfig:
     - ``max_held_bytes``: the request bodies the broker holds at once, all clients together
       (MDP-D-26).
     - ``max_peer_bytes``: the bytes one peer's pipe may hold each way; a runtime makes its
-      high-water mark ``pipe_messages`` messages (MDP-D-27).
+      high-water mark ``pipe_messages`` messages (MDP-D-27), at least ``PIPE_MIN_MESSAGES``
+      (MDP-D-32).
+    - ``max_pending_bytes``: the bytes of large messages (``PENDING_FROM`` bytes or more) handed
+      to ZeroMQ and not yet written to the network, all peers together (MDP-D-30); a runtime
+      convention, like ``max_peer_bytes``: the core does not use it.
     """
 
     heartbeat_interval: float = 2.5
@@ -134,6 +146,7 @@ class BrokerConfig:
     max_message_bytes: int = 4 * MIB
     max_held_bytes: int = 256 * MIB
     max_peer_bytes: int = 64 * MIB
+    max_pending_bytes: int = 128 * MIB
 
     def __post_init__(self) -> None:
         if not self.heartbeat_interval > 0:
@@ -151,10 +164,18 @@ class BrokerConfig:
                 f"max_held_bytes ({self.max_held_bytes}) must be >= max_message_bytes "
                 f"({self.max_message_bytes}): else no request of the largest size fits"
             )
-        if self.max_peer_bytes < self.max_message_bytes:
+        least = PIPE_MIN_MESSAGES * self.max_message_bytes
+        if self.max_peer_bytes < least:
             raise ValueError(
-                f"max_peer_bytes ({self.max_peer_bytes}) must be >= max_message_bytes "
-                f"({self.max_message_bytes}): a pipe must hold one message of the largest size"
+                f"max_peer_bytes ({self.max_peer_bytes}) must be at least {PIPE_MIN_MESSAGES} x "
+                f"max_message_bytes ({self.max_message_bytes}), that is {least}: a pipe of fewer "
+                f"messages of the largest size can be full of heartbeats when a request comes "
+                f"(MDP-D-32)"
+            )
+        if self.max_pending_bytes < self.max_message_bytes:
+            raise ValueError(
+                f"max_pending_bytes ({self.max_pending_bytes}) must be >= max_message_bytes "
+                f"({self.max_message_bytes}): else no message of the largest size can be sent"
             )
 
     @property

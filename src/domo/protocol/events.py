@@ -46,6 +46,7 @@ def event(cls: type[_T]) -> type[_T]:
 __all__ = [
     "BrokerEvent",
     "ClientEvent",
+    "ConnectionClosed",
     "FinalReceived",
     "MessageDropped",
     "MmiReplied",
@@ -103,6 +104,7 @@ DisconnectReason: TypeAlias = Literal[
     "invalid-message",  # a malformed message; the worker is treated as invalid
     "unreachable",  # the I/O layer could not route to it (EHOSTUNREACH)
     "congested",  # the I/O layer found its pipe full (EAGAIN at the high-water mark)
+    "pending-full",  # a message to it would take the bytes pending in ZeroMQ over (MDP-D-30)
     "broker-shutdown",  # the broker is stopping; it sent DISCONNECT
     "spent",  # a single-use registration (one credit of an eMQP worker) did its request
 ]
@@ -112,6 +114,7 @@ DropReason: TypeAlias = Literal[
     "lost-after-partial",  # its worker died after a PARTIAL had been forwarded
     "client-unreachable",  # the client's connection is gone
     "client-congested",  # the client does not read its replies
+    "pending-full",  # its reply would take the bytes pending in ZeroMQ over (MDP-D-30)
     "broker-shutdown",  # the broker is stopping
     "final-too-large",  # the worker's FINAL is over max_message_bytes (MDP-D-25)
     "partial-too-large",  # a PARTIAL is over max_message_bytes; the worker carries on (MDP-D-25)
@@ -269,6 +272,22 @@ class RequestRefused:
 
 
 @event
+class ConnectionClosed:
+    """One of the broker's connections closed (MDP-D-31); reported by a runtime, not the core.
+
+    ZeroMQ closes a connection on which a frame over ``max_message_bytes`` arrives (MDP-D-25)
+    without saying so, and tells a socket's monitor only that the connection closed, as when
+    the peer closed it: ``reason`` says both, since the broker cannot tell which. ``endpoint`` is
+    the broker's endpoint it came in on.
+    """
+
+    endpoint: str
+    reason: str
+    rule: str
+    at: float
+
+
+@event
 class MmiReplied:
     """The broker answered an ``mmi.*`` request itself with ``status`` ("200", "404", "501")."""
 
@@ -306,6 +325,7 @@ BrokerEvent: TypeAlias = (
     | MmiReplied
     | MessageDropped
     | ProtocolViolation
+    | ConnectionClosed
 )
 
 

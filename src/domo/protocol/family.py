@@ -349,6 +349,20 @@ class FamilyBroker:
     def workers(self) -> dict[bytes, WorkerView]:
         return self.core.workers()
 
+    def only_serves(self, peer: bytes, connection: int = 0) -> bool:
+        """Whether routing id ``peer`` on ``connection`` is a registered worker (any dialect)
+        that holds nothing as a client (MDP-A-02): every message to it is then a worker's."""
+        core = self.core
+        keys = list(self._keys_of.get((connection, peer), ()))
+        if connection == 0:
+            keys.append(peer)
+        serving = False
+        for key in keys:
+            if core.holds(key):
+                return False
+            serving = serving or core.worker_state(key) in _REGISTERED
+        return serving
+
     def route(self, key: bytes) -> PeerRoute | None:
         """How a peer key is reached, or None for an MDP/0.2 peer on connection 0 (its key is
         its routing id)."""

@@ -4,6 +4,7 @@
 - ``replies``: ``Reply`` and how a request's ending event becomes a body or an exception.
 - ``handlers``: how a worker handler's answer becomes frames.
 - ``pumping``: the broker's flush (send failures become core inputs) and the event log.
+- ``pending``: the count of bytes a broker's outbound pipes hold, all peers together (MDP-D-30).
 
 Nothing here does I/O; the runtimes (``domo.trio``, ``domo.asyncio``, ``domo.sync``) own the
 sockets and the clock.

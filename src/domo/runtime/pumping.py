@@ -1,8 +1,8 @@
 """The broker's flush and the event log, shared by every runtime.
 
 ``flush_router`` sends a broker's outbox through any connection whose ``send`` answers ``SENT``,
-``flush_router`` sends a broker's outbox through any connection whose ``send`` answers ``SENT``,
-``EAGAIN`` (the peer's pipe is full) or ``EHOSTUNREACH`` (no such peer) without blocking,
+``EAGAIN`` (the peer's pipe is full), ``PENDING_FULL`` (the pipes of all peers hold all they may,
+MDP-D-30) or ``EHOSTUNREACH`` (no such peer) without blocking,
 reports each failing peer to the broker with the message it did not get (MDP-D-15), and then
 tells the broker the flush is done, which completes the requests whose FINAL was sent
 (MDP-D-24). It serves a broker on one socket (connection 0). A broker on several sockets, one
@@ -14,15 +14,18 @@ which is woken; the broker hears ``flushed`` once nothing waits for any pump. ``
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from typing import Final, Protocol
 
 from domo.eventlog import log_event
-from domo.protocol.events import BrokerEvent
+from domo.protocol.events import BrokerEvent, RequestDropped, WorkerDisconnected
 from domo.protocol.family import FamilyBroker
 from domo.protocol.mdp import BodyFrame, Relayed
+
+from .pending import PENDING_FULL
 
 __all__ = [
     "EAGAIN",
@@ -82,8 +85,22 @@ def _report(
 ) -> list[BrokerEvent]:
     if result == EAGAIN:
         return broker.peer_congested(peer, now, connection, unsent=unsent)
+    if result == PENDING_FULL:
+        # The broker's outbound pipes hold all they may (MDP-D-30): for the core, the same as
+        # this peer's pipe being full (MDP-D-15); the events name the rule that decided it.
+        events = broker.peer_congested(peer, now, connection, unsent=unsent)
+        return [_as_pending_full(event) for event in events]
     assert result == EHOSTUNREACH
     return broker.peer_unreachable(peer, now, connection, unsent=unsent)
+
+
+def _as_pending_full(event: BrokerEvent) -> BrokerEvent:
+    """A request dropped or a worker unregistered at a full pipe, renamed for MDP-D-30."""
+    if isinstance(event, RequestDropped) and event.reason == "client-congested":
+        return dataclasses.replace(event, reason="pending-full", rule="MDP-D-30")
+    if isinstance(event, WorkerDisconnected) and event.reason == "congested":
+        return dataclasses.replace(event, reason="pending-full")
+    return event
 
 
 class RoutedOutbox:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Final, Generic, Protocol, TypeVar, cast
 
 import trio
@@ -30,9 +30,18 @@ import zmq.backend
 from domo.curve import CurveClient, CurveServer
 from domo.endpoints import check_endpoint
 from domo.protocol.mdp import BodyFrame
+from domo.runtime.pending import PENDING_FROM, PENDING_FULL, PendingBytes
 from domo.runtime.pumping import EAGAIN, EHOSTUNREACH, SENT
 
-__all__ = ["EAGAIN", "EHOSTUNREACH", "SENT", "Connection", "Transport", "ZmqTransport"]
+__all__ = [
+    "EAGAIN",
+    "EHOSTUNREACH",
+    "PENDING_FULL",
+    "SENT",
+    "Connection",
+    "Transport",
+    "ZmqTransport",
+]
 
 logger = logging.getLogger("domo.transport")
 
@@ -101,9 +110,18 @@ class ZmqConnection(Generic[FrameT]):
     ``zmq.Frame`` (``FrameT`` must then be ``BodyFrame``); the others as ``bytes``.
     """
 
-    def __init__(self, socket: zmq.Socket[bytes], views_from: float = math.inf) -> None:
+    def __init__(
+        self,
+        socket: zmq.Socket[bytes],
+        views_from: float = math.inf,
+        pending: PendingBytes | None = None,
+    ) -> None:
         self._socket = socket
         self._views_from = views_from
+        self._pending = pending  # a broker's ROUTER: large messages count against it (MDP-D-30)
+        # Set by the broker: is this routing id only a worker? A worker's pipe holds one
+        # REQUEST at most, whose body the broker holds anyway (MDP-D-26): not counted (MDP-D-30).
+        self.uncounted: Callable[[bytes], bool] | None = None
         self._fd = cast(int, socket.getsockopt(zmq.FD))
         self._has_message = False  # EVENTS showed a message, and no receive has run since
 
@@ -156,6 +174,13 @@ class ZmqConnection(Generic[FrameT]):
     def send(self, frames: Sequence[FrameT]) -> int:
         socket = self._socket
         send = _send
+        pending = self._pending
+        if pending is not None:
+            size = sum(map(len, frames))
+            if size >= PENDING_FROM and not (
+                self.uncounted is not None and self.uncounted(cast(bytes, frames[0]))
+            ):
+                return self._send_tracked(frames, size, pending)
         try:
             # A multipart send is atomic: it fails on the first frame or not at all.
             last = len(frames) - 1
@@ -171,6 +196,48 @@ class ZmqConnection(Generic[FrameT]):
             if error.errno == zmq.EHOSTUNREACH:
                 return EHOSTUNREACH
             raise
+        return SENT
+
+    def watch_closed(self) -> ZmqConnection[bytes]:
+        """A connection on this socket's monitor, which says when one of its connections closes.
+
+        libzmq's monitor events for a closed connection (``ZMQ_EVENT_DISCONNECTED``) come as
+        two-frame messages (``zmq.utils.monitor.parse_monitor_message``). Close it before this
+        socket; ``unwatch`` stops the monitor.
+        """
+        monitor = self._socket.get_monitor_socket(zmq.EVENT_DISCONNECTED)
+        return ZmqConnection[bytes](monitor)
+
+    def unwatch(self) -> None:
+        """Stop the monitor ``watch_closed`` started (its connection must be closed first)."""
+        if not self._socket.closed:
+            self._socket.disable_monitor()
+
+    def _send_tracked(self, frames: Sequence[FrameT], size: int, pending: PendingBytes) -> int:
+        """Send a large message counted against the pending bound (MDP-D-30), or refuse it.
+
+        Its last frame goes without a copy and tracked: ZeroMQ lets go of a peer's messages in
+        order, so once that frame is let go of, the whole message has left the broker.
+        """
+        if not pending.admit(size):
+            return PENDING_FULL
+        socket = self._socket
+        last = len(frames) - 1
+        try:
+            for index in range(last):
+                frame = frames[index]
+                _send(socket, frame, _NOBLOCK_SNDMORE, len(frame) < _COPY_BELOW)
+            tracked = zmq.Frame(frames[last], track=True, copy=False)
+            _send(socket, tracked, _NOBLOCK, False)
+        except zmq.Again:
+            return EAGAIN
+        except zmq.ZMQError as error:
+            if error.errno == zmq.EHOSTUNREACH:
+                return EHOSTUNREACH
+            raise
+        tracker = tracked.tracker
+        assert tracker is not None
+        pending.add(tracker, size)
         return SENT
 
     def close(self, linger: float) -> None:
@@ -201,11 +268,15 @@ class ZmqTransport:
         *,
         curve: CurveServer | CurveClient | None = None,
         max_message_bytes: int | None = None,
+        max_pending_bytes: int | None = None,
     ) -> None:
         self._owned = context is None
         # ZMQ_MAXMSGSIZE of the sockets ``bind`` makes: a peer sending a larger frame is
         # disconnected by ZeroMQ before the broker holds it (MDP-D-25). None: no limit.
         self.max_message_bytes = max_message_bytes
+        # What the ROUTERs ``bind`` makes hold in their pipes, all together (MDP-D-30); None: the
+        # pipes are bounded one by one only (MDP-D-27).
+        self.pending = None if max_pending_bytes is None else PendingBytes(max_pending_bytes)
         self.context: zmq.Context[zmq.Socket[bytes]] = zmq.Context() if context is None else context
         self.curve = curve
 
@@ -231,7 +302,8 @@ class ZmqTransport:
         except BaseException:
             socket.close(linger=0)
             raise
-        return ZmqConnection[BodyFrame](socket, views_from=_COPY_BELOW), bound
+        conn = ZmqConnection[BodyFrame](socket, views_from=_COPY_BELOW, pending=self.pending)
+        return conn, bound
 
     def connect(self, endpoint: str) -> Connection[bytes]:
         check_endpoint(endpoint, bind=False)  # an out-of-range port would wait for ever

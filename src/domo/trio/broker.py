@@ -25,20 +25,22 @@ import logging
 import os
 import time
 from collections.abc import Callable, Iterable
+from functools import partial
 from typing import Any
 
 import trio
 import zmq
+from zmq.utils.monitor import parse_monitor_message
 
 from domo.curve import CurveServer, ZapHandler
 from domo.protocol import BrokerConfig
-from domo.protocol.events import BrokerEvent
+from domo.protocol.events import BrokerEvent, ConnectionClosed
 from domo.protocol.family import FamilyBroker
 from domo.protocol.mdp import BodyFrame
 from domo.runtime.pumping import RoutedOutbox
 
 from ._pump import RouterPump, log_event
-from ._transport import Connection, Transport, ZmqTransport
+from ._transport import Connection, Transport, ZmqConnection, ZmqTransport
 
 __all__ = ["NNG_EXTRA_HINT", "require_nng", "serve_broker"]
 
@@ -59,6 +61,33 @@ def require_nng() -> Any:
 
 
 logger = logging.getLogger("domo.broker")
+
+# What a closed connection may mean (MDP-D-31): libzmq reports a connection it closed for a frame
+# over ZMQ_MAXMSGSIZE exactly as one its peer closed, so both are said.
+CLOSED_REASON = (
+    "by its peer, or by ZeroMQ for a frame over max_message_bytes (MDP-D-25); ZeroMQ does not "
+    "tell which"
+)
+
+
+async def _report_closed(
+    conn: ZmqConnection[BodyFrame], emit: Callable[[Iterable[BrokerEvent]], None]
+) -> None:
+    """Report each connection of ``conn``'s socket that closes, as ``ConnectionClosed``, until
+    cancelled (MDP-D-31); the monitor is stopped and closed on the way out."""
+    monitor = conn.watch_closed()
+    try:
+        while True:
+            await monitor.wait(False)
+            for message in monitor.receive(64):
+                event = parse_monitor_message(list(message))
+                if event["event"] != zmq.EVENT_DISCONNECTED:
+                    continue
+                endpoint = event["endpoint"].decode("utf-8", "replace")
+                emit([ConnectionClosed(endpoint, CLOSED_REASON, "MDP-D-31", trio.current_time())])
+    finally:
+        monitor.close(0)
+        conn.unwatch()
 
 
 async def serve_broker(
@@ -85,7 +114,9 @@ async def serve_broker(
     block. ``hwm`` caps the ROUTER's send and receive high-water mark, per peer, which is
     ``config.pipe_messages`` if that is lower (the default: ``max_peer_bytes`` over
     ``max_message_bytes``, MDP-D-27); a peer that does not read is reported to the core when its
-    pipe is full (MDP-D-15). ZeroMQ refuses any frame over ``config.max_message_bytes``.
+    pipe is full (MDP-D-15). ZeroMQ refuses any frame over ``config.max_message_bytes``. The
+    messages of 64 KiB or more that the ROUTERs hold, not yet written to the network, are at most
+    ``config.max_pending_bytes`` all together (MDP-D-30).
     An NNG endpoint's socket is shared by all its peers, so it takes ``hwm`` as given, for its
     replies waiting to be sent and its pool of contexts.
     ``context`` (for ``inproc://``) or ``transport`` (for ``domo.trio.testing``) replace the
@@ -122,7 +153,12 @@ async def serve_broker(
     net = (
         transport
         if transport is not None
-        else ZmqTransport(context, curve=curve, max_message_bytes=limits.max_message_bytes)
+        else ZmqTransport(
+            context,
+            curve=curve,
+            max_message_bytes=limits.max_message_bytes,
+            max_pending_bytes=limits.max_pending_bytes,
+        )
     )
     zap = None
 
@@ -142,6 +178,7 @@ async def serve_broker(
             zap.start()  # before the bind: no connection may be admitted unchecked
         bound: list[str] = []
         nng_conns: list[Any] = []
+        watched: list[ZmqConnection[BodyFrame]] = []
         for endpoint in endpoints:
             if endpoint.startswith(NNG_SCHEME):
                 from ._nng import NngConnection  # pynng: the nng extra, checked above
@@ -154,12 +191,17 @@ async def serve_broker(
             conn, as_bound = net.bind([endpoint], hwm)
             conns.append(conn)
             bound += as_bound
+            if isinstance(conn, ZmqConnection):
+                watched.append(conn)
         pumps: list[RouterPump] = []
         outbox = RoutedOutbox(broker, len(conns), lambda connection: pumps[connection].wake())
         pumps += [
             RouterPump(broker, conn, emit, index, outbox if len(conns) > 1 else None)
             for index, conn in enumerate(conns)
         ]
+        for index, conn in enumerate(conns):
+            if isinstance(conn, ZmqConnection):  # a worker's REQUEST is not counted (MDP-D-30)
+                conn.uncounted = partial(broker.only_serves, connection=index)
         try:
             logger.info("broker bound to %s", ", ".join(bound))
             task_status.started(bound)
@@ -168,6 +210,8 @@ async def serve_broker(
                     await nursery.start(nng_conn.serve)
                 for pump in pumps:
                     nursery.start_soon(pump.run)
+                for conn in watched:  # closed connections are reported (MDP-D-31)
+                    nursery.start_soon(_report_closed, conn, emit)
         finally:
             # The pumps have stopped: this task is now the only user of every socket.
             now = max(trio.current_time(), broker.now)
