@@ -560,6 +560,23 @@ def test_emqp_06_a_slot_handed_two_requests_at_once_gives_one_back_uncounted() -
     assert [e.attempt for e in of(events, RequestDispatched)] == [2]  # W0, then W1: not 3
 
 
+def test_emqp_14_a_leaving_worker_takes_back_no_job_of_its_own() -> None:
+    """EMQP-14: a worker with a job and a free slot leaves; its slots are withdrawn together, so
+    the job goes back to its queue, not to the leaving worker's other slot (which would send it
+    nothing but count an attempt), and the next worker gets it as its second attempt."""
+    net = Net()
+    net.inform(b"W0", slots=2)
+    net.request(b"C", b"m1")
+    assert [m[3] for m in net.to(b"W0") if m[2] == b"REQUEST"] == [b"m1"]
+    net.send(b"W0", b"", E, b"KBYE", b"bye")
+    assert [m for m in net.to(b"W0") if m[2] == b"REQUEST"] == []
+    assert net.broker.workers() == {}
+    net.inform(b"W1", slots=0)
+    events = net.send(b"W1", b"", E, b"READY", b"r")
+    assert [m[3] for m in net.to(b"W1") if m[2] == b"REQUEST"] == [b"m1"]
+    assert [e.attempt for e in of(events, RequestDispatched)] == [2]  # W0, then W1: not 3
+
+
 def test_emqp_01_workers_and_clients_on_different_sockets() -> None:
     """EMQP-01: EventMQ's frontend and backend are two ports; a broker bound on both serves a
     worker on one (connection 1) and a client on the other (connection 0), even if ZeroMQ gives
