@@ -227,12 +227,7 @@ async def _fuzz(args: argparse.Namespace) -> int:
     try:
         from domo import fuzz
     except ImportError as error:
-        print(
-            "domo fuzz: needs hypothesis (pip install '.[fuzz]' in domo's source directory): "
-            f"{error}",
-            file=sys.stderr,
-        )
-        return EXIT_USAGE
+        return _needs_hypothesis(error)
     if args.heartbeat_interval > 0.5 and args.replay is None:  # a replay uses its file's
         print(
             f"domo fuzz: heartbeat interval {args.heartbeat_interval} s makes every scenario slow; "
@@ -336,7 +331,7 @@ async def _fuzz_memo01(args: argparse.Namespace) -> int:
     """``domo fuzz --dialect memo01``: ``domo.fuzz.memo01``'s scenarios over NNG."""
     from domo.fuzz.memo01 import fuzz_memo01
 
-    seed = args.seed if args.seed is not None else int.from_bytes(os.urandom(4), "big")
+    seed = _seed(args)
     url = args.endpoint[len(NNG_SCHEME) :]
     result = await trio.to_thread.run_sync(
         partial(fuzz_memo01, url, scenarios=args.examples, seed=seed, time_budget=args.time_budget)
@@ -356,14 +351,9 @@ async def _fuzz_dcp(args: argparse.Namespace) -> int:
     try:  # the module needs only pyzmq, but its package (domo.fuzz) imports Hypothesis
         from domo.fuzz.dcp import DcpUnreachable, fuzz_dcp
     except ImportError as error:
-        print(
-            "domo fuzz: needs hypothesis (pip install '.[fuzz]' in domo's source directory): "
-            f"{error}",
-            file=sys.stderr,
-        )
-        return EXIT_USAGE
+        return _needs_hypothesis(error)
 
-    seed = args.seed if args.seed is not None else int.from_bytes(os.urandom(4), "big")
+    seed = _seed(args)
     run = partial(
         fuzz_dcp,
         args.endpoint,
@@ -400,14 +390,9 @@ async def _fuzz_emqp(args: argparse.Namespace) -> int:
     try:  # the module needs only pyzmq, but its package (domo.fuzz) imports Hypothesis
         from domo.fuzz.emqp import describe, fuzz_emqp
     except ImportError as error:
-        print(
-            "domo fuzz: needs hypothesis (pip install '.[fuzz]' in domo's source directory): "
-            f"{error}",
-            file=sys.stderr,
-        )
-        return EXIT_USAGE
+        return _needs_hypothesis(error)
 
-    seed = args.seed if args.seed is not None else int.from_bytes(os.urandom(4), "big")
+    seed = _seed(args)
     print(f"domo fuzz: seed {seed} (--seed {seed} repeats this search)", file=sys.stderr)
     run = partial(
         fuzz_emqp,
@@ -434,3 +419,17 @@ async def _fuzz_emqp(args: argparse.Namespace) -> int:
         f"seed {seed}; {len(result.findings)} rule(s) broken: {broken}"
     )
     return EXIT_FINDINGS if result.findings else EXIT_OK
+
+
+def _needs_hypothesis(error: ImportError) -> int:
+    """Say that ``domo.fuzz`` (whose package imports Hypothesis) needs the fuzz extra."""
+    print(
+        f"domo fuzz: needs hypothesis (pip install '.[fuzz]' in domo's source directory): {error}",
+        file=sys.stderr,
+    )
+    return EXIT_USAGE
+
+
+def _seed(args: argparse.Namespace) -> int:
+    """``--seed``, or a fresh one drawn from the OS."""
+    return args.seed if args.seed is not None else int.from_bytes(os.urandom(4), "big")
