@@ -4,8 +4,8 @@ Each runtime's ``TitanicClient`` (``domo.titanic.trio``, ``domo.titanic.asyncio`
 ``domo.titanic.sync``) wraps that runtime's MDP ``Client`` and calls these functions, so the
 three agree by construction: ``submit(service, *frames)`` stores a request and returns its id,
 ``fetch(id)`` says ``PENDING``, ``DONE`` (with the reply) or ``UNKNOWN``, ``close(id)`` forgets
-it (TSP-S-02, TSP-S-06, TSP-S-10). Only the status code counts, never its text (TSP-F-06); a ``500`` or an
-answer that is not 9/TSP raises ``TitanicError``.
+it (TSP-S-02, TSP-S-06, TSP-S-10). Only the status code counts, never its text (TSP-F-06);
+a ``500`` or an answer that is not 9/TSP raises ``TitanicError``.
 """
 
 from __future__ import annotations
