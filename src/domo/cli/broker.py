@@ -38,7 +38,7 @@ from domo.trio import (
 )
 from domo.trio.broker import NNG_EXTRA_HINT, NNG_SCHEME
 
-from . import _common
+from . import _common, _pair
 from ._common import (
     BIND_SCHEMES,
     DEFAULT_ENDPOINT,
@@ -128,6 +128,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "in FILE, one per line ('#' starts a comment); SIGHUP re-reads it. Without it, any "
         "peer that knows the broker's public key may connect (encrypted)",
     )
+    _pair.add_pair_options(sub)  # --primary/--backup: a Binary Star pair (specs/binary-star.md)
 
 
 # --- domo broker ------------------------------------------------------------------------------
@@ -171,6 +172,7 @@ async def _broker(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     completed = 0
     late_workers = LateWorkerWatch(config)
+    pair = _pair.make_pair(args)  # None unless --primary or --backup
 
     def on_event(event: BrokerEvent) -> None:
         nonlocal completed
@@ -192,6 +194,8 @@ async def _broker(args: argparse.Namespace) -> int:
             )
             return EXIT_USAGE
         metrics = BrokerMetrics(config)
+        if pair is not None:
+            _pair.pair_metrics(metrics.registry, pair)
         try:
             host, port = serve_metrics(args.metrics, metrics)
         except OSError as error:
@@ -205,14 +209,17 @@ async def _broker(args: argparse.Namespace) -> int:
             metrics.on_event(event)
 
     serve = partial(
-        serve_broker, config=config, on_event=on_event, trace_dir=args.trace_dir, curve=args.curve
-    )
+        serve_broker, config=config, on_event=on_event, trace_dir=args.trace_dir, curve=args.curve,
+        admit=None if pair is None else pair.admit,
+    )  # fmt: skip
     memory.fix_mmap_threshold()  # this process is a broker: large bodies go back when freed
     async with _graceful_stop("broker") as stop:
         with stop:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(_trim_memory)
                 bound: list[str] = await nursery.start(serve, *(args.bind or [DEFAULT_ENDPOINT]))
+                if pair is not None:  # after the bind: the first state goes out when it serves
+                    await nursery.start(pair.run)
                 if args.curve is not None and args.curve.allow is not None:
                     nursery.start_soon(_reload_on_sighup, args.curve.allow)
                 for endpoint in bound:
@@ -233,6 +240,7 @@ def _metrics_address(text: str) -> str:
 
 def _prepare_broker(args: argparse.Namespace) -> None:
     """Load the CURVE key pair and allow-list now: a bad file is a usage error (exit 2)."""
+    _pair.check_pair_options(args)
     args.curve = None
     if args.curve_secret_file is None:
         if args.curve_allow_file is not None:
