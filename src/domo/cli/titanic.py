@@ -79,7 +79,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         default=defaults.request_expiry,
         metavar="SECONDS",
         help="a request not answered this long after it was stored is given up (its service "
-        "never came, or never answered); fetch then exits 11 (default: %(default)s)",
+        "never came, or never answered); fetch then exits 16 (default: %(default)s)",
     )
     sub.add_argument(
         "--reply-expiry",
