@@ -142,7 +142,9 @@ async def serve_broker(
     if trace_dir is not None:
         from domo.trace import TraceRecorder  # pyarrow is an extra; import only when tracing
 
-        recorder = TraceRecorder(trace_dir, wall_anchor=time.time() - trio.current_time())
+        recorder = TraceRecorder(
+            trace_dir, wall_anchor=time.time() - trio.current_time(), dialect_of=broker.dialect_of
+        )
     if curve is not None and transport is not None:
         raise ValueError("curve applies to the default ZeroMQ transport, not to a given one")
     limits = broker.config
