@@ -74,7 +74,7 @@ async def _report_closed(
     conn: ZmqConnection[BodyFrame], emit: Callable[[Iterable[BrokerEvent]], None]
 ) -> None:
     """Report each connection of ``conn``'s socket that closes, as ``ConnectionClosed``, until
-    cancelled (MDP-D-31); the monitor is stopped and closed on the way out."""
+    cancelled (MDP-D-31); the monitor is stopped and closed on the way out (by its ``close``)."""
     monitor = conn.watch_closed()
     try:
         while True:
@@ -87,7 +87,6 @@ async def _report_closed(
                 emit([ConnectionClosed(endpoint, CLOSED_REASON, "MDP-D-31", trio.current_time())])
     finally:
         monitor.close(0)
-        conn.unwatch()
 
 
 async def serve_broker(
