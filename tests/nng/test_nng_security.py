@@ -44,7 +44,8 @@ async def answered(url: str, tls: pynng.TLSConfig, payload: bytes, wait: float) 
         socket.dial(url, block=False)
         with trio.move_on_after(wait):
             await socket.asend(payload)
-            return await socket.arecv()
+            reply: bytes = await socket.arecv()
+            return reply
     return None
 
 
