@@ -279,7 +279,7 @@ def _stop_phase(config: PairChaosConfig, result: PairChaosResult, log_dir: Path)
         # nothing at all, so it served nobody from the SIGSTOP to that record.
         woke = after[0] if after else None
         result.primary_unsure_after_resume = (
-            woke is not None and woke[1] is False and "BSTAR-12: not run for" in woke[2]
+            woke is not None and woke[1] is False and "BSTAR-12: not run" in woke[2]
         )
         idle = (stopped_at, woke[0] if result.primary_unsure_after_resume and woke else resumed_at)
         result.overlap_seconds = _overlap(
