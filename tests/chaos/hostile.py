@@ -618,42 +618,62 @@ def _kill_busy_memo_worker(process: BrokerProcess, started: list[subprocess.Pope
 
 
 def probe_fairness(long: bool = False) -> Result:
-    """Finding 6: honest MDP (ZeroMQ) and memo01 (NNG) clients under each dialect's flood."""
-    seconds = 10.0 if long else 2.0
+    """Finding 6: honest MDP (ZeroMQ) and memo01 (NNG) clients under each dialect's flood.
+
+    The machine is shared, so each flood is measured against the clients alone just before it
+    (not one baseline for all), ``rounds`` times; the median ratio of the rounds is judged.
+    """
+    import statistics
+
+    seconds, rounds = (10.0, 3) if long else (2.0, 1)
     floods = ["mdp", "dcp", "emqp", "memo01"]
-    result: Result = {"seconds": seconds, "load_before": load()}
+    result: Result = {"seconds": seconds, "rounds": rounds, "load_before": load()}
     ok = True
     with broker(*TCP, *nng(), "--heartbeat-interval", "1") as process, processes() as started:
         tcp, url = process.endpoint("tcp://"), _url(process)
         started.append(mdp_worker(tcp, "echo", "--heartbeat-interval", "1"))
         context: Context = zmq.Context()
+
+        def honest() -> dict[str, list[float]]:
+            return {"zmq": mdp_honest(tcp, seconds, context), "nng": memo_honest(url, seconds)}
+
         try:
             mdp_honest(tcp, 0.5, context)
             memo_honest(url, 0.5)
             rss_start = process.rss()
-            alone = {"zmq": mdp_honest(tcp, seconds, context), "nng": memo_honest(url, seconds)}
             for flood in floods:
-                target = url if flood == "memo01" else tcp
-                flooder = role("flood", flood, target, str(2 * seconds + 2))
-                started.append(flooder)
-                time.sleep(0.5)
-                under = {"zmq": mdp_honest(tcp, seconds, context), "nng": memo_honest(url, seconds)}
-                peak = process.rss()
-                out, _ = flooder.communicate(timeout=4 * seconds + 60)
+                ratios: dict[str, list[tuple[float, float]]] = {"zmq": [], "nng": []}
+                row: Result = {"junk": 0}
+                peak = after = rss_start
+                for _ in range(rounds):
+                    alone = honest()
+                    target = url if flood == "memo01" else tcp
+                    flooder = role("flood", flood, target, str(2 * seconds + 2))
+                    started.append(flooder)
+                    time.sleep(0.5)
+                    under = honest()
+                    peak = max(peak, process.rss())
+                    out, _ = flooder.communicate(timeout=4 * seconds + 60)
+                    row["junk"] += int(out or b"0")
+                    for side in ("zmq", "nng"):
+                        throughput = len(under[side]) / max(len(alone[side]), 1)
+                        p99 = p99_ms(under[side]) / max(p99_ms(alone[side]), 1e-6)
+                        ratios[side].append((throughput, p99))
+                    row.setdefault("alone_rps", []).append(
+                        [round(len(alone[side]) / seconds) for side in ("zmq", "nng")]
+                    )
                 time.sleep(2.5)  # a malloc_trim round
                 after = process.rss()
-                row: Result = {"junk": int(out or b"0")}
-                for transport in ("zmq", "nng"):
-                    throughput = len(under[transport]) / len(alone[transport])
-                    p99 = p99_ms(under[transport]) / max(p99_ms(alone[transport]), 1e-6)
-                    row[transport] = {"throughput": round(throughput, 3), "p99": round(p99, 2)}
+                for side in ("zmq", "nng"):
+                    throughput = statistics.median(t for t, _ in ratios[side])
+                    p99 = statistics.median(p for _, p in ratios[side])
+                    row[side] = {"throughput": round(throughput, 3), "p99": round(p99, 2)}
                     ok = ok and throughput >= 0.5 and p99 <= 10
                 row["rss_mib"] = [round(x / 1024, 1) for x in (rss_start, peak, after)]
                 ok = ok and after <= rss_start * 1.10
                 result[flood] = row
         finally:
             context.destroy(linger=0)
-    result["alone_rps"] = {k: round(len(v) / seconds, 1) for k, v in alone.items()}
     result["load_after"] = load()
     result["ok"] = ok
     return result

@@ -257,8 +257,6 @@ class NngConnection:
                 message = await slot.context.arecv_msg()
             finally:
                 self._receiving -= 1
-            if self._receiving * 4 < len(self._slots) and len(self._slots) < self._limit:
-                self._grow.set()  # few contexts left free to receive: double the pool
             pipe = message.pipe.id if message.pipe is not None else 0
             token = (pipe & 0xFFFFFFFFFFFFFFFF).to_bytes(8, "big") + next(self._numbers).to_bytes(
                 8, "big"
@@ -290,7 +288,23 @@ class NngConnection:
 
     def receive(self, limit: int) -> list[list[BodyFrame]]:
         inbox = self._inbox
-        return [inbox.popleft() for _ in range(min(limit, len(inbox)))]
+        taken = [inbox.popleft() for _ in range(min(limit, len(inbox)))]
+        self._consider_growing()
+        return taken
+
+    def _consider_growing(self) -> None:
+        """Double the pool (MEMO-21) when the core holds more than three quarters of its
+        contexts: workers waiting for a job, jobs in flight.
+
+        Contexts whose request the pump has not read yet do not count: under a flood of
+        messages the pump releases at once (garbage, say), growing the pool would only let the
+        flood in faster (it grew to 10,000 contexts, 10,000 tasks that crowded the ZeroMQ pumps
+        out, issue 27). Held at its size, NNG stops reading a pipe none of its contexts can take
+        a message from, and takes the pipes in turn: the flooder waits, as on a ZeroMQ ROUTER.
+        """
+        held_by_core = len(self._held) - len(self._inbox)
+        if held_by_core * 4 > len(self._slots) * 3 and len(self._slots) < self._limit:
+            self._grow.set()
 
     def readable(self) -> bool:
         return bool(self._inbox)
