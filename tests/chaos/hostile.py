@@ -521,13 +521,14 @@ def probe_ready_flood(long: bool = False) -> Result:
     import pynng
 
     seconds = 10.0 if long else 3.0
-    with broker(*TCP, *nng(), *BEATS) as process, processes() as started:
-        started.append(mdp_worker(process.endpoint("tcp://"), "echo", *BEATS))
+    with broker(*TCP, *nng()) as process, processes() as started:
+        started.append(mdp_worker(process.endpoint("tcp://"), "echo"))
         context: Context = zmq.Context()
         try:
             mdp_honest(process.endpoint("tcp://"), 0.5, context)
             alone = mdp_honest(process.endpoint("tcp://"), seconds, context)
             log_before = len(process.text())
+            rss_start = process.rss()
             stop = threading.Event()
             readies = [0]
 
@@ -546,14 +547,17 @@ def probe_ready_flood(long: bool = False) -> Result:
                             readies[0] += 1
                         except pynng.NNGException:
                             pass
-                        context_.close()
+                        with contextlib.suppress(pynng.NNGException):
+                            context_.close()
 
             thread = threading.Thread(target=flood, daemon=True)
             thread.start()
             time.sleep(0.3)
             flooded = mdp_honest(process.endpoint("tcp://"), seconds, context)
+            rss_peak = process.rss()
             stop.set()
             thread.join(timeout=10)
+            after = mdp_honest(process.endpoint("tcp://"), 1.0, context)  # once the flood ends
             log_growth = len(process.text()) - log_before
             lines = process.text().count("\n")
         finally:
@@ -567,6 +571,8 @@ def probe_ready_flood(long: bool = False) -> Result:
         "alone_rps": round(len(alone) / seconds, 1),
         "flooded_rps": round(len(flooded) / seconds, 1),
         "throughput_ratio": round(ratio, 3),
+        "after_rps": len(after),
+        "rss_mib": [round(rss_start / 1024, 1), round(rss_peak / 1024, 1)],
         "load": load(),
         "ok": log_growth < 2_000_000 and ratio >= 0.5,
     }
@@ -592,7 +598,7 @@ def _kill_busy_memo_worker(process: BrokerProcess, started: list[subprocess.Pope
     started; seconds from the kill to the job's RESULT at its client (inf: never)."""
     url = _url(process)
     registered = process.text().count("serves 'job'")
-    slow = role("memo-worker", url, "job", "hold")
+    slow = role("memo-worker", url, "job", "hold", stdout=subprocess.DEVNULL)
     started.append(slow)
     _until(lambda: process.text().count("serves 'job'") > registered, 10.0)
     outcome: list[float | None] = []
@@ -688,7 +694,7 @@ def probe_drain(long: bool = False) -> Result:
     result: Result = {"drain_option": bool(drain)}
     with broker(*TCP, *nng(), *BEATS, *drain) as process, processes() as started:
         url = _url(process)
-        slow = role("memo-worker", url, "job", "1.5")
+        slow = role("memo-worker", url, "job", "1.5", stdout=subprocess.DEVNULL)
         started.append(slow)
         _until(lambda: "serves 'job'" in process.text(), 10.0)
         context: Context = zmq.Context()
