@@ -328,6 +328,7 @@ class Status:
     held_bytes: int = 0  # request bodies held (MDP-D-26)
     limits: dict[str, int] = field(default_factory=dict)  # the byte bounds, by name
     refused: dict[str, int] = field(default_factory=dict)  # requests refused, by rule
+    pair: dict[str, str] = field(default_factory=dict)  # Binary Star: role, state, serving
 
     def service(self, name: str) -> ServiceStatus:
         return self.services.setdefault(name, ServiceStatus(name))
@@ -366,6 +367,10 @@ def read_status(url: str, timeout: float = 5.0) -> Status:
                 status.held_bytes = value
             elif sample.name == "domo_bytes_limit":
                 status.limits[labels["bound"]] = value
+            elif sample.name == "domo_pair_state" and value == 1:  # domo.cli._pair
+                status.pair.update(role=labels["role"], state=labels["state"])
+            elif sample.name == "domo_pair_serving":
+                status.pair["serving"] = "serving" if value else "not serving"
             elif sample.name == "domo_requests_refused_total":
                 rule = labels["rule"]
                 status.refused[rule] = status.refused.get(rule, 0) + value

@@ -16,7 +16,7 @@ from domo.cli import EXIT_CODES
 
 from ..cli.conftest import DOMO, QUICK_BEATS, StartDomo, run_domo
 
-EXIT_PENDING, EXIT_UNKNOWN, EXIT_STORE = 10, 11, 12
+EXIT_PENDING, EXIT_UNKNOWN, EXIT_STORE = 15, 16, 17
 
 
 async def _broker_and_titanic(domo: StartDomo, db: Path) -> tuple[str, int]:
@@ -92,7 +92,7 @@ async def test_submit_without_titanic_times_out_with_a_hint() -> None:
 async def test_a_second_titanic_on_the_same_file_is_refused(
     domo: StartDomo, tmp_path: Path
 ) -> None:
-    """TSP-D-12: exit 12, one line, no traceback; the first one keeps serving."""
+    """TSP-D-12: exit 17, one line, no traceback; the first one keeps serving."""
     db = tmp_path / "t.db"
     with trio.fail_after(60):
         endpoint, _ = await _broker_and_titanic(domo, db)
@@ -129,7 +129,7 @@ def _without_root_powers() -> list[str]:
 
 
 async def test_a_read_only_file_is_refused_and_keeps_its_requests(tmp_path: Path) -> None:
-    """TSP-D-08: exit 12 with a plain reason; the stored requests are still in the file."""
+    """TSP-D-08: exit 17 with a plain reason; the stored requests are still in the file."""
     from domo.titanic.protocol import StoreRequest
     from domo.titanic.store import SqliteStore
 

@@ -42,7 +42,7 @@ from domo.trio import (
 )
 from domo.trio.broker import NNG_EXTRA_HINT, NNG_SCHEME, NNG_TLS_SCHEME
 
-from . import _common
+from . import _common, _pair
 from ._common import (
     BIND_SCHEMES,
     DEFAULT_ENDPOINT,
@@ -143,6 +143,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "in FILE, one per line ('#' starts a comment); SIGHUP re-reads it. Without it, any "
         "peer that knows the broker's public key may connect (encrypted)",
     )
+    _pair.add_pair_options(sub)  # --primary/--backup: a Binary Star pair (specs/binary-star.md)
     sub.add_argument(
         "--nng-tls-cert",
         metavar="FILE",
@@ -200,6 +201,7 @@ async def _broker(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     completed = 0
     late_workers = LateWorkerWatch(config)
+    pair = _pair.make_pair(args)  # None unless --primary or --backup
 
     def on_event(event: BrokerEvent) -> None:
         nonlocal completed
@@ -221,6 +223,8 @@ async def _broker(args: argparse.Namespace) -> int:
             )
             return EXIT_USAGE
         metrics = BrokerMetrics(config)
+        if pair is not None:
+            _pair.pair_metrics(metrics.registry, pair)
         try:
             host, port = serve_metrics(args.metrics, metrics)
         except OSError as error:
@@ -242,6 +246,7 @@ async def _broker(args: argparse.Namespace) -> int:
         curve=args.curve,
         nng_tls=args.nng_tls,
         drain=drain,
+        admit=None if pair is None else pair.admit,
     )
     memory.fix_mmap_threshold()  # this process is a broker: large bodies go back when freed
     stopping = _graceful_stop("broker") if drain is None else _stop_after_drain(drain)
@@ -250,6 +255,8 @@ async def _broker(args: argparse.Namespace) -> int:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(_trim_memory)
                 bound: list[str] = await nursery.start(serve, *(args.bind or [DEFAULT_ENDPOINT]))
+                if pair is not None:  # after the bind: the first state goes out when it serves
+                    await nursery.start(pair.run)
                 for endpoint in bound:
                     secured = _protection(endpoint, args.curve, args.nng_tls)
                     print(f"domo broker: listening on {endpoint}{secured}", flush=True)
@@ -269,6 +276,7 @@ def _metrics_address(text: str) -> str:
 def _prepare_broker(args: argparse.Namespace) -> None:
     """Load the CURVE key pair and allow-list and the NNG TLS files now: a bad file, or an
     endpoint they would not cover, is a usage error (exit 2)."""
+    _pair.check_pair_options(args)
     args.curve = None
     args.nng_tls = _prepare_nng_tls(args)
     if args.curve_secret_file is None:

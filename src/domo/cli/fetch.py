@@ -25,9 +25,9 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "print the reply to a durable request, if it has come",
         "Ask Titanic (`domo titanic`, 9/TSP) for the reply to the request `domo submit` "
         "stored as ID. If it has come, print its frames (one per line, as `domo call` does; "
-        "--raw for the bytes) and exit 0; if not yet, exit 10 (fetch again later); if ID is "
+        "--raw for the bytes) and exit 0; if not yet, exit 15 (fetch again later); if ID is "
         "unknown (never stored, closed, expired, or given up because its service never "
-        "answered), exit 11. Fetching does not delete the reply: `domo close ID` does, or "
+        "answered), exit 16. Fetching does not delete the reply: `domo close ID` does, or "
         "--close here once it is printed.",
         _fetch,
         "warning",

@@ -228,7 +228,7 @@ class NngConnection:
         """The endpoint as bound (a tcp port 0 resolved)."""
         url = nng_url(self.endpoint)
         if url.startswith(("tcp://", TLS_SCHEME)) and url.rsplit(":", 1)[-1] == "0":
-            # pynng gives the port as NNG keeps it, in network byte order (nng_sockaddr_in).
+            # pynng gives the port as NNG keeps it, in network byte order
             port = socket.ntohs(self._listener.local_address.port)
             return f"{NNG_SCHEME}{url.rsplit(':', 1)[0]}:{port}"
         return self.endpoint

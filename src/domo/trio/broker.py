@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from functools import partial
 from typing import Any
 
@@ -110,6 +110,20 @@ async def _report_closed(
         monitor.close(0)
 
 
+def _gated(
+    receive: Callable[..., list[BrokerEvent]],
+    admit: Callable[[Sequence[BodyFrame], float], bool],
+) -> Callable[..., list[BrokerEvent]]:
+    """``receive`` behind a gate: a message ``admit`` refuses never reaches the core."""
+
+    def gated(
+        peer: bytes, frames: Sequence[BodyFrame], now: float, *more: Any
+    ) -> list[BrokerEvent]:
+        return receive(peer, frames, now, *more) if admit(frames, now) else []
+
+    return gated
+
+
 async def serve_broker(
     *endpoints: str,
     config: BrokerConfig | None = None,
@@ -120,6 +134,7 @@ async def serve_broker(
     hwm: int = 10_000,
     linger: float = 0.5,
     curve: CurveServer | None = None,
+    admit: Callable[[Sequence[BodyFrame], float], bool] | None = None,
     nng_tls: NngTls | None = None,
     drain: Drain | None = None,
     task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
@@ -152,6 +167,8 @@ async def serve_broker(
     admit only peers whose client certificate its allow-list vouches for.
     ``drain`` (``domo.trio.Drain``): once begun, new requests are refused and the ones taken
     finish (MDP-D-34); the caller cancels this task after ``drain.finished`` (or its time).
+    ``admit(frames, now)``, if given, sees each message (routing id removed) before the core
+    and drops it by answering False: the gate of a Binary Star pair (``domo.binarystar``).
     """
     if not endpoints:
         raise ValueError("serve_broker needs at least one endpoint")
@@ -166,6 +183,8 @@ async def serve_broker(
         broker = memo_layer.Memo01Broker(config, memo_connections=nng, memo=memo_config)
     else:
         broker = FamilyBroker(config)  # MDP/0.2, and the dialects of domo.protocol.dialects
+    if admit is not None:
+        broker.receive = _gated(broker.receive, admit)  # type: ignore[method-assign]
     recorder = None
     if trace_dir is not None:
         from domo.trace import TraceRecorder  # pyarrow is an extra; import only when tracing
