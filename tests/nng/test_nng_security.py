@@ -168,3 +168,34 @@ async def test_one_connection_holds_at_most_per_pipe_requests(tmp_path: Path) ->
                     context.close()
             nursery.cancel_scope.cancel()
     conn.close(0)
+
+
+async def test_a_context_keeps_nothing_of_a_request_it_released(tmp_path: Path) -> None:
+    """Finding 2: a context waiting for its next request held its last one (the NNG message and
+    its bytes) until then: 30 refused 3 MiB JOBs left 54 MiB with the idle contexts."""
+    import gc
+
+    url = f"ipc://{tmp_path}/k.ipc"
+    conn = NngConnection(f"nng+{url}", initial=2)
+    size = 2 << 20
+    with trio.fail_after(20):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(conn.serve)
+            with pynng.Req0(dial=url, resend_time=-1) as req, req.new_context() as context:
+                await context.asend(b"z" * size)
+                ((token, body),) = await received(conn, 1)
+                assert len(body) == size
+                del body
+                conn.send([token])  # released, as a refused request is
+                for _ in range(10):
+                    await trio.sleep(0.01)  # the slot goes back to waiting
+                gc.collect()
+                alive = [
+                    o
+                    for o in gc.get_objects()
+                    if isinstance(o, pynng.Message)
+                    or (isinstance(o, bytes | bytearray) and len(o) >= size)
+                ]
+                assert alive == []
+            nursery.cancel_scope.cancel()
+    conn.close(0)
