@@ -631,7 +631,7 @@ def probe_fairness(long: bool = False) -> Result:
     """
     import statistics
 
-    seconds, rounds = (10.0, 3) if long else (2.0, 1)
+    seconds, rounds = (10.0, 3) if long else (1.0, 1)
     floods = ["mdp", "dcp", "emqp", "memo01"]
     result: Result = {"seconds": seconds, "rounds": rounds, "load_before": load()}
     ok = True

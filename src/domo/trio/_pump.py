@@ -51,7 +51,7 @@ SLICE = 4  # messages handled between two flushes: replies never wait behind a f
 # request that crosses sockets needs several such turns; 256 messages of a flood per turn cut a
 # memo01 client on another socket to 0.04-0.08 of its throughput (issue 27). The time is read
 # after every SLICE anyway, so the turn costs nothing to keep.
-SHARED_TURN = 0.0005
+SHARED_TURN = 0.0001
 
 E = TypeVar("E")
 
