@@ -521,13 +521,14 @@ def probe_ready_flood(long: bool = False) -> Result:
     import pynng
 
     seconds = 10.0 if long else 3.0
-    with broker(*TCP, *nng(), *BEATS) as process, processes() as started:
-        started.append(mdp_worker(process.endpoint("tcp://"), "echo", *BEATS))
+    with broker(*TCP, *nng()) as process, processes() as started:
+        started.append(mdp_worker(process.endpoint("tcp://"), "echo"))
         context: Context = zmq.Context()
         try:
             mdp_honest(process.endpoint("tcp://"), 0.5, context)
             alone = mdp_honest(process.endpoint("tcp://"), seconds, context)
             log_before = len(process.text())
+            rss_start = process.rss()
             stop = threading.Event()
             readies = [0]
 
@@ -546,14 +547,17 @@ def probe_ready_flood(long: bool = False) -> Result:
                             readies[0] += 1
                         except pynng.NNGException:
                             pass
-                        context_.close()
+                        with contextlib.suppress(pynng.NNGException):
+                            context_.close()
 
             thread = threading.Thread(target=flood, daemon=True)
             thread.start()
             time.sleep(0.3)
             flooded = mdp_honest(process.endpoint("tcp://"), seconds, context)
+            rss_peak = process.rss()
             stop.set()
             thread.join(timeout=10)
+            after = mdp_honest(process.endpoint("tcp://"), 1.0, context)  # once the flood ends
             log_growth = len(process.text()) - log_before
             lines = process.text().count("\n")
         finally:
@@ -567,6 +571,8 @@ def probe_ready_flood(long: bool = False) -> Result:
         "alone_rps": round(len(alone) / seconds, 1),
         "flooded_rps": round(len(flooded) / seconds, 1),
         "throughput_ratio": round(ratio, 3),
+        "after_rps": len(after),
+        "rss_mib": [round(rss_start / 1024, 1), round(rss_peak / 1024, 1)],
         "load": load(),
         "ok": log_growth < 2_000_000 and ratio >= 0.5,
     }
@@ -592,7 +598,7 @@ def _kill_busy_memo_worker(process: BrokerProcess, started: list[subprocess.Pope
     started; seconds from the kill to the job's RESULT at its client (inf: never)."""
     url = _url(process)
     registered = process.text().count("serves 'job'")
-    slow = role("memo-worker", url, "job", "hold")
+    slow = role("memo-worker", url, "job", "hold", stdout=subprocess.DEVNULL)
     started.append(slow)
     _until(lambda: process.text().count("serves 'job'") > registered, 10.0)
     outcome: list[float | None] = []
@@ -618,42 +624,62 @@ def _kill_busy_memo_worker(process: BrokerProcess, started: list[subprocess.Pope
 
 
 def probe_fairness(long: bool = False) -> Result:
-    """Finding 6: honest MDP (ZeroMQ) and memo01 (NNG) clients under each dialect's flood."""
-    seconds = 10.0 if long else 2.0
+    """Finding 6: honest MDP (ZeroMQ) and memo01 (NNG) clients under each dialect's flood.
+
+    The machine is shared, so each flood is measured against the clients alone just before it
+    (not one baseline for all), ``rounds`` times; the median ratio of the rounds is judged.
+    """
+    import statistics
+
+    seconds, rounds = (10.0, 3) if long else (1.0, 1)
     floods = ["mdp", "dcp", "emqp", "memo01"]
-    result: Result = {"seconds": seconds, "load_before": load()}
+    result: Result = {"seconds": seconds, "rounds": rounds, "load_before": load()}
     ok = True
     with broker(*TCP, *nng(), "--heartbeat-interval", "1") as process, processes() as started:
         tcp, url = process.endpoint("tcp://"), _url(process)
         started.append(mdp_worker(tcp, "echo", "--heartbeat-interval", "1"))
         context: Context = zmq.Context()
+
+        def honest() -> dict[str, list[float]]:
+            return {"zmq": mdp_honest(tcp, seconds, context), "nng": memo_honest(url, seconds)}
+
         try:
             mdp_honest(tcp, 0.5, context)
             memo_honest(url, 0.5)
             rss_start = process.rss()
-            alone = {"zmq": mdp_honest(tcp, seconds, context), "nng": memo_honest(url, seconds)}
             for flood in floods:
-                target = url if flood == "memo01" else tcp
-                flooder = role("flood", flood, target, str(2 * seconds + 2))
-                started.append(flooder)
-                time.sleep(0.5)
-                under = {"zmq": mdp_honest(tcp, seconds, context), "nng": memo_honest(url, seconds)}
-                peak = process.rss()
-                out, _ = flooder.communicate(timeout=4 * seconds + 60)
+                ratios: dict[str, list[tuple[float, float]]] = {"zmq": [], "nng": []}
+                row: Result = {"junk": 0}
+                peak = after = rss_start
+                for _ in range(rounds):
+                    alone = honest()
+                    target = url if flood == "memo01" else tcp
+                    flooder = role("flood", flood, target, str(2 * seconds + 2))
+                    started.append(flooder)
+                    time.sleep(0.5)
+                    under = honest()
+                    peak = max(peak, process.rss())
+                    out, _ = flooder.communicate(timeout=4 * seconds + 60)
+                    row["junk"] += int(out or b"0")
+                    for side in ("zmq", "nng"):
+                        throughput = len(under[side]) / max(len(alone[side]), 1)
+                        p99 = p99_ms(under[side]) / max(p99_ms(alone[side]), 1e-6)
+                        ratios[side].append((throughput, p99))
+                    row.setdefault("alone_rps", []).append(
+                        [round(len(alone[side]) / seconds) for side in ("zmq", "nng")]
+                    )
                 time.sleep(2.5)  # a malloc_trim round
                 after = process.rss()
-                row: Result = {"junk": int(out or b"0")}
-                for transport in ("zmq", "nng"):
-                    throughput = len(under[transport]) / len(alone[transport])
-                    p99 = p99_ms(under[transport]) / max(p99_ms(alone[transport]), 1e-6)
-                    row[transport] = {"throughput": round(throughput, 3), "p99": round(p99, 2)}
+                for side in ("zmq", "nng"):
+                    throughput = statistics.median(t for t, _ in ratios[side])
+                    p99 = statistics.median(p for _, p in ratios[side])
+                    row[side] = {"throughput": round(throughput, 3), "p99": round(p99, 2)}
                     ok = ok and throughput >= 0.5 and p99 <= 10
                 row["rss_mib"] = [round(x / 1024, 1) for x in (rss_start, peak, after)]
                 ok = ok and after <= rss_start * 1.10
                 result[flood] = row
         finally:
             context.destroy(linger=0)
-    result["alone_rps"] = {k: round(len(v) / seconds, 1) for k, v in alone.items()}
     result["load_after"] = load()
     result["ok"] = ok
     return result
@@ -668,7 +694,7 @@ def probe_drain(long: bool = False) -> Result:
     result: Result = {"drain_option": bool(drain)}
     with broker(*TCP, *nng(), *BEATS, *drain) as process, processes() as started:
         url = _url(process)
-        slow = role("memo-worker", url, "job", "1.5")
+        slow = role("memo-worker", url, "job", "1.5", stdout=subprocess.DEVNULL)
         started.append(slow)
         _until(lambda: "serves 'job'" in process.text(), 10.0)
         context: Context = zmq.Context()

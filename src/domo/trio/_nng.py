@@ -40,6 +40,7 @@ import trio
 from pynng import _nng
 
 from domo.curve import CurveError, NngTls
+from domo.eventlog import ViolationLimiter
 from domo.protocol.mdp import BodyFrame
 from domo.runtime.pumping import EAGAIN, EHOSTUNREACH, SENT
 
@@ -148,10 +149,12 @@ class NngConnection:
         limit: int = 10_000,
         max_message_bytes: int | None = None,
         tls: NngTls | None = None,
+        per_pipe: int = 1000,
     ) -> None:
         """``max_message_bytes``: the longest body taken in (NNG closes the connection of a
         peer that sends more, with room for the header). ``tls``: required for, and only for,
-        an ``nng+tls+tcp://`` endpoint."""
+        an ``nng+tls+tcp://`` endpoint. ``per_pipe``: the requests one NNG connection may have
+        held at once (its workers' and its jobs'); one more is released unanswered."""
         self.endpoint = endpoint
         if is_tls(endpoint) != (tls is not None):
             raise ValueError(
@@ -159,6 +162,9 @@ class NngConnection:
                 "and only such an endpoint takes them"
             )
         self._tls = tls
+        self._per_pipe = per_pipe
+        self.refused = 0  # requests released for being over ``per_pipe``
+        self._refusals = ViolationLimiter(burst=5, window=10.0)
         self._socket = pynng.Rep0()
         try:
             if max_message_bytes is not None:
@@ -257,16 +263,25 @@ class NngConnection:
                 message = await slot.context.arecv_msg()
             finally:
                 self._receiving -= 1
-            if self._receiving * 4 < len(self._slots) and len(self._slots) < self._limit:
-                self._grow.set()  # few contexts left free to receive: double the pool
             pipe = message.pipe.id if message.pipe is not None else 0
+            data = message.bytes
+            # Not kept in this frame: the slot waits here until its next request, and its last
+            # one's NNG message (a 3 MiB JOB, say) would live until then (issue 27: 30 refused
+            # JOBs left 54 MiB held by idle contexts).
+            del message
             token = (pipe & 0xFFFFFFFFFFFFFFFF).to_bytes(8, "big") + next(self._numbers).to_bytes(
                 8, "big"
             )
+            held_here = self._held_per_pipe.get(token[:8], 0)
+            if held_here >= self._per_pipe:
+                self._refuse_over_cap(token[:8], held_here)
+                del data
+                continue  # the next receive on this context releases the request unanswered
             slot.decided = trio.Event()
             self._held[token] = slot
-            self._held_per_pipe[token[:8]] = self._held_per_pipe.get(token[:8], 0) + 1
-            self._inbox.append([token, message.bytes])
+            self._held_per_pipe[token[:8]] = held_here + 1
+            self._inbox.append([token, data])
+            del data
             self._arrived.set()
             await slot.decided.wait()
             reply, slot.reply = slot.reply, None
@@ -277,7 +292,26 @@ class NngConnection:
                     logger.debug("memo01 reply not sent: %s", error)
                 finally:
                     self._sending -= 1
+                    reply = None  # nor is a reply kept while the slot waits for its next request
             # A new receive on this context drops a request it holds unanswered (a release).
+
+    def _refuse_over_cap(self, pipe: bytes, held: int) -> None:
+        """A connection already has ``per_pipe`` requests held (workers waiting, jobs in
+        flight): one more is released unanswered, as the core refuses a client over its cap,
+        and logged (rate-limited): one peer cannot take the whole pool, nor the memory and the
+        core's time its requests would cost (issue 27: READYs of 256 names without end)."""
+        self.refused += 1
+        allowed, left_out = self._refusals.admit("per-pipe")
+        if allowed:
+            more = f" (and {left_out} more left out of the log)" if left_out else ""
+            logger.warning(
+                "%s: NNG pipe %s already has %d requests held, the most one connection may; "
+                "a new one is released unanswered%s",
+                self.endpoint,
+                pipe.hex(),
+                held,
+                more,
+            )
 
     # -- Connection --------------------------------------------------------------------------
 
@@ -290,7 +324,23 @@ class NngConnection:
 
     def receive(self, limit: int) -> list[list[BodyFrame]]:
         inbox = self._inbox
-        return [inbox.popleft() for _ in range(min(limit, len(inbox)))]
+        taken = [inbox.popleft() for _ in range(min(limit, len(inbox)))]
+        self._consider_growing()
+        return taken
+
+    def _consider_growing(self) -> None:
+        """Double the pool (MEMO-21) when the core holds more than three quarters of its
+        contexts: workers waiting for a job, jobs in flight.
+
+        Contexts whose request the pump has not read yet do not count: under a flood of
+        messages the pump releases at once (garbage, say), growing the pool would only let the
+        flood in faster (it grew to 10,000 contexts, 10,000 tasks that crowded the ZeroMQ pumps
+        out, issue 27). Held at its size, NNG stops reading a pipe none of its contexts can take
+        a message from, and takes the pipes in turn: the flooder waits, as on a ZeroMQ ROUTER.
+        """
+        held_by_core = len(self._held) - len(self._inbox)
+        if held_by_core * 4 > len(self._slots) * 3 and len(self._slots) < self._limit:
+            self._grow.set()
 
     def readable(self) -> bool:
         return bool(self._inbox)

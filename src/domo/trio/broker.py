@@ -39,6 +39,7 @@ from domo.protocol.family import FamilyBroker
 from domo.protocol.mdp import BodyFrame
 from domo.runtime.pumping import RoutedOutbox
 
+from ._drain import Drain
 from ._pump import RouterPump, log_event
 from ._transport import Connection, Transport, ZmqConnection, ZmqTransport
 
@@ -135,6 +136,7 @@ async def serve_broker(
     curve: CurveServer | None = None,
     admit: Callable[[Sequence[BodyFrame], float], bool] | None = None,
     nng_tls: NngTls | None = None,
+    drain: Drain | None = None,
     task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve MDP/0.2 on ``endpoints`` (any mix of tcp://, ipc://, inproc://) until cancelled.
@@ -163,6 +165,8 @@ async def serve_broker(
     with ``curve`` given, every NNG endpoint must be ``nng+tls+tcp://`` (``ValueError`` if not).
     ``nng_tls`` (``domo.curve.NngTls``): the certificates of ``nng+tls+tcp://`` endpoints, which
     admit only peers whose client certificate its allow-list vouches for.
+    ``drain`` (``domo.trio.Drain``): once begun, new requests are refused and the ones taken
+    finish (MDP-D-34); the caller cancels this task after ``drain.finished`` (or its time).
     ``admit(frames, now)``, if given, sees each message (routing id removed) before the core
     and drops it by answering False: the gate of a Binary Star pair (``domo.binarystar``).
     """
@@ -234,6 +238,7 @@ async def serve_broker(
                     limit=socket_hwm,
                     max_message_bytes=limits.max_message_bytes,
                     tls=nng_tls if endpoint.startswith(NNG_TLS_SCHEME) else None,
+                    per_pipe=getattr(limits, "max_client_requests", 1000),
                 )
                 conns.append(nng_conn)
                 nng_conns.append(nng_conn)
@@ -263,6 +268,8 @@ async def serve_broker(
                     nursery.start_soon(pump.run)
                 for conn in watched:  # closed connections are reported (MDP-D-31)
                     nursery.start_soon(_report_closed, conn, emit)
+                if drain is not None:
+                    nursery.start_soon(drain.run, broker.core)
         finally:
             # The pumps have stopped: this task is now the only user of every socket.
             now = max(trio.current_time(), broker.now)
