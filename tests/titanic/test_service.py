@@ -44,12 +44,9 @@ async def upper(body: list[bytes]) -> list[bytes]:
 
 async def wait_done(titanic: TitanicClient, request_id: str, limit: float = 20.0) -> list[bytes]:
     with trio.fail_after(limit):
-        while True:
-            fetched = await titanic.fetch(request_id)
-            if fetched.done:
-                return fetched.reply()
-            assert fetched.pending, fetched
-            await trio.sleep(0.05)
+        fetched = await titanic.wait(request_id)
+    assert fetched.done, fetched
+    return fetched.reply()
 
 
 async def test_submit_fetch_close_with_the_trio_client(rig: Rig) -> None:
@@ -163,12 +160,9 @@ def _asyncio_flow(endpoint: str) -> list[object]:
             titanic = titanic_asyncio.TitanicClient(client)
             request_id = await titanic.submit("upper", b"asyncio")
             seen: list[object] = []
-            for _ in range(400):
-                fetched = await titanic.fetch(request_id)
-                if fetched.done:
-                    seen.append(fetched.reply())
-                    break
-                await asyncio.sleep(0.05)
+            async with asyncio.timeout(20):
+                fetched = await titanic.wait(request_id)
+            seen.append(fetched.reply())
             await titanic.close(request_id)
             seen.append((await titanic.fetch(request_id)).state)
             return seen
@@ -177,18 +171,13 @@ def _asyncio_flow(endpoint: str) -> list[object]:
 
 
 def _sync_flow(endpoint: str) -> list[object]:
-    import time
-
     with domo.sync.Client(endpoint, timeout=2.0) as client:
         titanic = titanic_sync.TitanicClient(client)
         request_id = titanic.submit("upper", b"sync")
         seen: list[object] = []
-        for _ in range(400):
-            fetched = titanic.fetch(request_id)
-            if fetched.done:
-                seen.append(fetched.reply())
-                break
-            time.sleep(0.05)
+        seen.append(titanic.wait(request_id, timeout=20).reply())
+        with pytest.raises(TitanicError, match="still pending"):
+            titanic.wait(titanic.submit("nobody-serves-this", b"x"), timeout=0.2)
         titanic.close(request_id)
         seen.append(titanic.fetch(request_id).state)
         return seen
