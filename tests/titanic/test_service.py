@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from pathlib import Path
 
 import pytest
 import trio
@@ -18,6 +19,7 @@ from domo.runtime.errors import RemoteError
 from domo.titanic import FetchState, TitanicError
 from domo.titanic import asyncio as titanic_asyncio
 from domo.titanic import sync as titanic_sync
+from domo.titanic.server import serve_titanic
 from domo.titanic.store import SqliteStore
 from domo.titanic.trio import TitanicClient
 
@@ -192,3 +194,27 @@ async def test_the_asyncio_and_blocking_clients_do_the_same(
     async with worker(rig, "upper", upper):
         seen = await trio.to_thread.run_sync(flow, rig.endpoint)
     assert seen == [[name.upper().encode()], FetchState.UNKNOWN]
+
+
+async def test_two_titanics_behind_one_broker_misanswer_as_the_spec_warns(
+    rig: Rig, tmp_path: Path
+) -> None:
+    """TSP-D-17: a second Titanic on another file is not detected; half the fetches reach the
+    one that does not hold the request and get 400. This documents the limit."""
+    other = SqliteStore(tmp_path / "other.db", synchronous="normal")
+    try:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(
+                lambda task_status: serve_titanic(
+                    rig.endpoint, other, worker_config=WORKER_CONFIG, concurrency=2,
+                    task_status=task_status,
+                )
+            )  # fmt: skip
+            async with domo.trio.Client(rig.endpoint, timeout=2.0) as client:
+                titanic = TitanicClient(client)
+                ids = [await titanic.submit("nobody", b"%d" % n) for n in range(4)]
+                answers = {(await titanic.fetch(i)).state for i in ids for _ in range(4)}
+            nursery.cancel_scope.cancel()
+    finally:
+        other.close()
+    assert answers == {FetchState.PENDING, FetchState.UNKNOWN}
