@@ -103,6 +103,15 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     _add_memory_bounds(sub, defaults)
     sub.add_argument(
+        "--max-client-requests",
+        type=_count,
+        default=defaults.max_client_requests,
+        metavar="N",
+        help="requests one client may have outstanding at once in a dialect that allows "
+        "several (MDP/0.1 on a DEALER, DCP, eMQP); one more is refused, logged and counted in "
+        "domo_requests_refused (specs/family.md, FAM-07; default: %(default)s)",
+    )
+    sub.add_argument(
         "--trace-dir",
         metavar="DIR",
         help="write one Parquet trace record per request and per worker change into DIR "
@@ -144,7 +153,13 @@ async def _trim_memory() -> None:
         await trio.sleep(TRIM_INTERVAL)
 
 
-_BOUNDS: Final = ("max_message_bytes", "max_held_bytes", "max_peer_bytes", "max_pending_bytes")
+_BOUNDS: Final = (
+    "max_message_bytes",
+    "max_held_bytes",
+    "max_peer_bytes",
+    "max_pending_bytes",
+    "max_client_requests",
+)
 
 
 def _as_options(text: str) -> str:
@@ -165,6 +180,7 @@ async def _broker(args: argparse.Namespace) -> int:
             max_held_bytes=args.max_held_bytes,
             max_peer_bytes=args.max_peer_bytes,
             max_pending_bytes=args.max_pending_bytes,
+            max_client_requests=args.max_client_requests,
         )
     except ValueError as bad:  # byte bounds that cannot hold the messages they must
         print(f"domo broker: {_as_options(str(bad))}", file=sys.stderr)

@@ -137,6 +137,9 @@ class BrokerConfig:
     - ``max_pending_bytes``: the bytes of large messages (``PENDING_FROM`` bytes or more) handed
       to ZeroMQ and not yet written to the network, all peers together (MDP-D-30); a runtime
       convention, like ``max_peer_bytes``: the core does not use it.
+    - ``max_client_requests``: the requests one client may have outstanding at once in a
+      dialect that allows several (MDP/0.1, DCP, eMQP); one more is refused (FAM-07). A
+      family convention, like the dialects: ``FamilyBroker`` counts them.
     """
 
     heartbeat_interval: float = 2.5
@@ -147,6 +150,7 @@ class BrokerConfig:
     max_held_bytes: int = 256 * MIB
     max_peer_bytes: int = 64 * MIB
     max_pending_bytes: int = 128 * MIB
+    max_client_requests: int = 1000
 
     def __post_init__(self) -> None:
         if not self.heartbeat_interval > 0:
@@ -172,6 +176,8 @@ class BrokerConfig:
                 f"messages of the largest size can be full of heartbeats when a request comes "
                 f"(MDP-D-32)"
             )
+        if self.max_client_requests < 1:
+            raise ValueError(f"max_client_requests must be >= 1, got {self.max_client_requests}")
         if self.max_pending_bytes < self.max_message_bytes:
             raise ValueError(
                 f"max_pending_bytes ({self.max_pending_bytes}) must be >= max_message_bytes "

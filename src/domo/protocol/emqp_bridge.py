@@ -309,6 +309,11 @@ class EmqpBridge:
         key = host.key_for(address[1], EMQP, address[0], msgid)
         fresh = key not in self._asked
         if fresh:
+            refused = host.count_request(key, queue, sum(map(len, body)), now)
+            if refused is not None:  # FAM-07: its client has as many as it may
+                events += refused
+                self._answer(address, msgid, error_body("too many requests outstanding (FAM-07)"))
+                return
             self._asked[key] = _Asked(msgid, headers, reply_requested(headers), address)
         before = len(events)
         events += self._core.receive(key, [mdp.CLIENT_HEADER, mdp.C_REQUEST, queue, *body], now)

@@ -124,6 +124,7 @@ RefusalReason: TypeAlias = Literal[
     "too-large",  # the body is over max_message_bytes (MDP-D-25)
     "broker-full",  # accepting it would take the held request bodies over max_held_bytes (MDP-D-26)
     "client-congested",  # its client's pipe was full a moment ago: it is not reading (MDP-D-29)
+    "client-limit",  # its client has max_client_requests outstanding already (FAM-07)
 ]
 
 
@@ -257,9 +258,10 @@ class RequestRefused:
     """A REQUEST was not accepted because of a memory bound: the broker holds nothing of it, and
     its client gets no reply (MDP/0.2 has no error reply for clients); it may retry later.
 
-    ``rule`` is ``MDP-D-25`` (``too-large``), ``MDP-D-26`` (``broker-full``) or ``MDP-D-29``
-    (``client-congested``); ``size`` is the body's bytes, ``held`` the request bytes the broker
-    held when it refused.
+    ``rule`` is ``MDP-D-25`` (``too-large``), ``MDP-D-26`` (``broker-full``), ``MDP-D-29``
+    (``client-congested``) or ``FAM-07`` (``client-limit``: its client has as many outstanding
+    as the broker allows one client); ``size`` is the body's bytes, ``held`` the request bytes
+    the broker held when it refused.
     """
 
     client: bytes

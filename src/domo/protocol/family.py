@@ -48,6 +48,7 @@ from .dialects import (
     Dialect,
     DialectCodec,
     Registry,
+    Role,
     encode_with,
 )
 from .dialects.mdp02 import MDP02
@@ -59,13 +60,14 @@ from .events import (
     RequestCompleted,
     RequestDropped,
     RequestExpired,
+    RequestRefused,
     WorkerDisconnected,
     WorkerExpired,
     WorkerRegistered,
 )
 from .mdp import BodyFrame, Relayed
 
-__all__ = ["FamilyBroker", "Outgoing", "PeerRoute", "peer_key", "traits_of"]
+__all__ = ["FamilyBroker", "Outgoing", "PeerRoute", "peer_key", "request_key_of", "traits_of"]
 
 Outgoing = tuple[int, bytes, Relayed]  # (connection, routing id, frames): one message to send
 
@@ -87,10 +89,29 @@ def peer_key(
     connection, routing id, envelope, dialect and (for a dialect that keys its requests) the
     request's key, each length-prefixed, so that distinct peers never share a key."""
     parts = [routing_id, *envelope, str(dialect.value).encode()]
-    if request_key is not None:
-        parts.append(request_key)  # one client's requests are clients of their own to the core
     prefix = _KEY_PREFIX + connection.to_bytes(4, "big")
-    return prefix + b"".join(len(p).to_bytes(4, "big") + bytes(p) for p in parts)
+    key = prefix + b"".join(len(p).to_bytes(4, "big") + bytes(p) for p in parts)
+    if request_key is not None:  # one client's requests are clients of their own to the core
+        key = request_key_of(key, request_key)
+    return key
+
+
+def request_key_of(client: bytes, request_key: bytes) -> bytes:
+    """The peer key of request ``request_key`` of the client whose own key is ``client``."""
+    return client + len(request_key).to_bytes(4, "big") + request_key
+
+
+def _service_and_size(codec: DialectCodec, message: Sequence[BodyFrame]) -> tuple[bytes, int]:
+    """The service and body bytes of a client's request of ``codec``'s dialect, for a
+    refusal's event (FAM-07)."""
+    if codec.decode_command is not None:
+        command = codec.decode_command(message)
+        if command is None:
+            return b"", 0
+        return command.service, sum(map(len, command.body))
+    frames = codec.decode(message)
+    service = frames[2] if len(frames) > 2 else b""
+    return bytes(service), sum(map(len, frames[3:]))
 
 
 def traits_of(capabilities: Capabilities) -> PeerTraits:
@@ -165,8 +186,11 @@ class FamilyBroker:
         }
         self.bridged_out: list[Outgoing] = []  # what the bridges send themselves, in order
         self._answered = 0  # how many answers and bridge messages led the outbox last taken
-        # A bounded keyed dialect's client -> its request keys the broker holds (FAM-05).
+        # A keyed dialect's client -> its request keys the broker holds (FAM-05, FAM-07), and
+        # the number of its last request, for a dialect whose requests name none (FAM-08).
         self._requests_of: dict[bytes, dict[bytes, None]] = {}
+        self._serials: dict[bytes, int] = {}
+        self._client_limit = self.config.max_client_requests
         # Refusals of requests beyond a client's bound, sent after the core's outbox (FAM-05);
         # and where they began in the outbox last taken, for ``_core_index``.
         self._refusals: list[Outgoing] = []
@@ -206,25 +230,35 @@ class FamilyBroker:
                 events.append(ProtocolViolation(peer, wrong[0], wrong[1], "dropped", now))
                 return events
         request_key = None
+        client = None
         if codec.request_key is not None:  # a dialect with several requests per client
             split = codec.request_key(message)
             if split is not None:
+                command = message[1] if len(message) > 1 else b""
+                asks = codec.claims(message[0], command) is Role.CLIENT  # a worker's: not
                 request_key, message = split
-        key = peer_key(peer, envelope, codec.dialect, connection, request_key)
+                client = peer_key(peer, envelope, codec.dialect, connection)
+                if not request_key:  # a request that names none: numbered per client (FAM-08)
+                    serial = self._serials.get(client, 0) + 1
+                    self._serials[client] = serial
+                    request_key = b"#%d" % serial
+                key = request_key_of(client, request_key)
+                if not asks:
+                    client = None
+            else:
+                key = peer_key(peer, envelope, codec.dialect, connection)
+        else:
+            key = peer_key(peer, envelope, codec.dialect, connection)
         route = self._routes.get(key)
         if route is None:
             context = () if codec.reply_context is None else codec.reply_context(message)
             route = PeerRoute(
                 peer, envelope, codec.dialect, connection, request_key, codec, context
             )
-            bound = codec.capabilities.outstanding_per_client
-            if request_key is not None and bound is not None:
-                client = peer_key(peer, envelope, codec.dialect, connection)
-                held = self._requests_of.get(client)
-                if held is not None and len(held) >= bound:  # no route is kept for it
-                    return self._refuse_beyond_bound(route, key, bound, now)
-                self._requests_of.setdefault(client, {})[key] = None
-                route.client = client
+            if client is not None:  # FAM-05, FAM-07: counted against its client
+                refused = self._count(route, key, client, now, message)
+                if refused is not None:  # no route is kept for it
+                    return refused
             self._routes[key] = route
             self._keys_of.setdefault((connection, peer), {})[key] = None
             self._maybe_done[key] = None  # a first message that was refused leaves nothing
@@ -430,12 +464,69 @@ class FamilyBroker:
             self._traits[codec.dialect] = traits_of(codec.capabilities)
         return self._traits[codec.dialect]
 
+    def _count(
+        self,
+        route: PeerRoute,
+        key: bytes,
+        client: bytes,
+        now: float,
+        message: Sequence[BodyFrame] | None = None,
+        service: bytes = b"",
+    ) -> list[BrokerEvent] | None:
+        """Count request ``key`` against ``client`` (FAM-05, FAM-07), or refuse it: the events
+        of the refusal, nothing kept of it. ``message`` (the codec's) or ``service`` name the
+        request's service for the refusal."""
+        held = self._requests_of.get(client)
+        if held is None:
+            self._requests_of[client] = {key: None}
+        elif len(held) >= self._client_limit or len(held) >= (
+            route.codec.capabilities.outstanding_per_client or self._client_limit
+        ):
+            size = 0
+            if message is not None:
+                service, size = _service_and_size(route.codec, message)
+            return self._refuse_beyond_bound(route, key, len(held), now, service, size)
+        else:
+            held[key] = None
+        route.client = client
+        return None
+
+    def count_request(
+        self, key: bytes, service: bytes, size: int, now: float
+    ) -> list[BrokerEvent] | None:
+        """For a dialect layer that makes its request keys itself (``key_for``): count request
+        ``key`` (for ``service``, a body of ``size`` bytes) against its client, as ``receive``
+        counts a codec's (FAM-07); None if it may go to the core, else the events of its
+        refusal, and the layer keeps nothing of it (nor is its ``refuse`` answer sent: the
+        layer answers in its own terms)."""
+        route = self._routes[key]
+        if route.client is not None:
+            return None  # counted already
+        envelope = tuple(bytes(frame) for frame in route.envelope)
+        client = peer_key(route.routing_id, envelope, route.dialect, route.connection)
+        held = self._requests_of.get(client)
+        if held is None:
+            self._requests_of[client] = {key: None}
+        elif len(held) >= self._client_limit:
+            self._forget_key(key)
+            events = self.core.tick(now)
+            held_bytes = self.core.held_bytes()
+            events.append(
+                RequestRefused(key, service, "client-limit", size, held_bytes, "FAM-07", now)
+            )
+            return events
+        else:
+            held[key] = None
+        route.client = client
+        return None
+
     def _refuse_beyond_bound(
-        self, route: PeerRoute, key: bytes, bound: int, now: float
+        self, route: PeerRoute, key: bytes, held: int, now: float, service: bytes, size: int
     ) -> list[BrokerEvent]:
         """A request beyond its client's bound: the dialect's answer, if any, and a violation
-        (FAM-05). The core does not see it, and nothing is kept of it, so the same key asked
-        again is counted again; the core's timers still come first (MDP-D-03)."""
+        (FAM-05: beyond the dialect's own bound) or a refusal (FAM-07: beyond the broker's
+        ``max_client_requests``). The core does not see it, and nothing is kept of it, so the
+        same key asked again is counted again; the core's timers still come first (MDP-D-03)."""
         events = self.core.tick(now)
         assert route.request_key is not None
         answer = (
@@ -445,8 +536,15 @@ class FamilyBroker:
         )
         if answer is not None:
             self._refusals.append((route.connection, route.routing_id, answer))
-        reason = f"a request beyond the {bound} its client may have outstanding"
-        events.append(ProtocolViolation(key, "FAM-05", reason, "dropped", now))
+        bound = route.codec.capabilities.outstanding_per_client
+        if bound is not None and held >= bound and bound <= self._client_limit:
+            reason = f"a request beyond the {bound} its client may have outstanding"
+            events.append(ProtocolViolation(key, "FAM-05", reason, "dropped", now))
+        else:
+            refused = RequestRefused(
+                key, service, "client-limit", size, self.core.held_bytes(), "FAM-07", now
+            )
+            events.append(refused)
         self._note(events)
         return events
 
@@ -502,17 +600,22 @@ class FamilyBroker:
             # again its address and envelope give it the same key.
             if self.core.holds(key) or self.core.worker_state(key) in _REGISTERED:
                 continue
-            route = self._routes.pop(key, None)
-            if route is not None:
-                self.core.set_traits(key, None)
-                if route.client is not None:  # FAM-05: no longer counted against its client
-                    held = self._requests_of[route.client]
-                    del held[key]
-                    if not held:
-                        del self._requests_of[route.client]
-                address = (route.connection, route.routing_id)
-                keys = self._keys_of[address]
-                del keys[key]
-                if not keys:
-                    del self._keys_of[address]
+            self._forget_key(key)
         self._maybe_done.clear()
+
+    def _forget_key(self, key: bytes) -> None:
+        route = self._routes.pop(key, None)
+        if route is None:
+            return
+        self.core.set_traits(key, None)
+        if route.client is not None:  # FAM-05, FAM-07: no longer counted against its client
+            held = self._requests_of[route.client]
+            del held[key]
+            if not held:
+                del self._requests_of[route.client]
+                self._serials.pop(route.client, None)  # FAM-08: numbered afresh
+        address = (route.connection, route.routing_id)
+        keys = self._keys_of[address]
+        del keys[key]
+        if not keys:
+            del self._keys_of[address]

@@ -26,6 +26,7 @@ __all__ = [
     "MDPC02",
     "MDPW01",
     "MDPW02",
+    "NUMBERED",
     "UNKNOWN_COMMAND",
     "Capabilities",
     "Command",
@@ -38,6 +39,10 @@ __all__ = [
 ]
 
 MDPC02, MDPW02, MDPC01, MDPW01 = b"MDPC02", b"MDPW02", b"MDPC01", b"MDPW01"
+
+# The request key a codec's ``request_key`` gives a client's request that names none (an RFC 7
+# client's): the broker numbers that client's requests itself (FAM-08).
+NUMBERED = b""
 
 # An MDP/0.2 command a dialect message has no counterpart for: the core refuses it as it
 # refuses any unknown command (MDP-W-08, MDP-D-01), so a dialect peer meets the same rules.
@@ -135,9 +140,12 @@ class DialectCodec:
     - ``request_key``: for a dialect whose client may have several requests outstanding
       (``outstanding_per_client`` None or above 1), splits a message (after the delimiter) into
       the key that names its request and the message without it, or gives None for a message
-      that names none (a worker's). The broker holds each (client, request key) as a client of
-      its own, so the core's one-request-per-client rule (MDP-S-02) holds per key, and counts a
-      client's keys against ``outstanding_per_client`` (FAM-05).
+      that names none (a worker's; DCP keys its workers too, by their type width). The broker
+      holds each (client, request key) as a client of its own, so the core's
+      one-request-per-client rule (MDP-S-02) holds per key, and counts a client's keys against
+      ``outstanding_per_client`` (FAM-05) and ``max_client_requests`` (FAM-07). ``NUMBERED``
+      (empty) as the key: the request names none of its own, and the broker numbers the
+      client's requests in the order they come (FAM-08).
     - ``decode_command(message)``: optional, in place of ``decode``: the message as the
       neutral ``CoreCommand`` the routing core takes (``Broker.command``), or None for a message
       that is none of the dialect's commands (the core then refuses it as it refuses garbage,
@@ -172,7 +180,9 @@ class DialectCodec:
     decode: Callable[[Sequence[BodyFrame]], list[BodyFrame]]
     encode: Callable[[Relayed, Relayed, bytes | None], Relayed]
     delimited: bool = True
-    request_key: Callable[[Sequence[BodyFrame]], tuple[bytes, list[BodyFrame]] | None] | None = None
+    request_key: (
+        Callable[[Sequence[BodyFrame]], tuple[bytes, Sequence[BodyFrame]] | None] | None
+    ) = None
     check: Callable[[Sequence[BodyFrame]], tuple[str, str] | None] | None = None
     reply_context: Callable[[Sequence[BodyFrame]], tuple[bytes, ...]] | None = None
     encode_route: (

@@ -16,6 +16,7 @@ from .base import (
     MDPC02,
     MDPW01,
     MDPW02,
+    NUMBERED,
     UNKNOWN_COMMAND,
     Capabilities,
     Command,
@@ -53,6 +54,12 @@ def _decode(message: Sequence[BodyFrame]) -> list[BodyFrame]:
     return [MDPW02, _MDP01_TO_MDP02.get(bytes(command), UNKNOWN_COMMAND), *message[2:]]
 
 
+def _request_key(message: Sequence[BodyFrame]) -> tuple[bytes, Sequence[BodyFrame]] | None:
+    """A client's request names no key: the broker numbers them (MDP01-09, FAM-08), so a
+    DEALER client may have several outstanding; a worker's message is none."""
+    return (NUMBERED, message) if message[0] == MDPC01 else None
+
+
 def _encode(envelope: Relayed, frames: Relayed, request_key: bytes | None) -> Relayed:
     if frames[0] == MDPC02:
         return (*envelope, b"", MDPC01, *frames[2:])  # MDP01-03: [MDPC01, service, body]
@@ -84,11 +91,12 @@ MDP01 = DialectCodec(
         broker_heartbeats=True,
         disconnect=True,  # MDP01-08
         mmi=True,  # MDP01-10
-        outstanding_per_client=1,  # MDP01-09
+        outstanding_per_client=None,  # MDP01-09: a DEALER client's, up to the broker's cap
         client_hops=True,  # MDP01-01
     ),
     claims=_claims,
     decode=_decode,
     encode=_encode,
+    request_key=_request_key,
     table=TABLE,
 )
