@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from domo.protocol.broker import Broker, BrokerConfig, PeerState
+from domo.protocol.broker import Broker, BrokerConfig, PeerState, PeerTraits
 from domo.protocol.events import BrokerEvent
 from domo.protocol.family import FamilyBroker
 
@@ -164,6 +164,8 @@ class FamilyMachine(RuleBasedStateMachine):
     def worker_ready(self, dialect: str, service: bytes) -> None:
         worker = self._new_peer(dialect)
         self.workers.append(worker)
+        if dialect in ("mdp01", "majortomo"):  # MDP01-12, MAJ-08: silent while busy (FAM-09)
+            self.model.set_traits(worker.model_id, PeerTraits(busy_heartbeats=False))
         self._send(worker, (W02, b"\x01", service))
 
     @rule(

@@ -103,6 +103,15 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     _add_memory_bounds(sub, defaults)
     sub.add_argument(
+        "--busy-worker-timeout",
+        type=_positive_float,
+        default=defaults.busy_worker_timeout,
+        metavar="SECONDS",
+        help="how long a busy worker of a dialect whose workers do not heartbeat while they "
+        "work (majortomo's, RFC 7's) may stay silent before it is taken for dead and its "
+        "request re-dispatched (specs/family.md, FAM-09; default: %(default)s, majortomo's)",
+    )
+    sub.add_argument(
         "--max-client-requests",
         type=_count,
         default=defaults.max_client_requests,
@@ -181,6 +190,7 @@ async def _broker(args: argparse.Namespace) -> int:
             max_peer_bytes=args.max_peer_bytes,
             max_pending_bytes=args.max_pending_bytes,
             max_client_requests=args.max_client_requests,
+            busy_worker_timeout=args.busy_worker_timeout,
         )
     except ValueError as bad:  # byte bounds that cannot hold the messages they must
         print(f"domo broker: {_as_options(str(bad))}", file=sys.stderr)

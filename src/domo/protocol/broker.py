@@ -140,6 +140,10 @@ class BrokerConfig:
     - ``max_client_requests``: the requests one client may have outstanding at once in a
       dialect that allows several (MDP/0.1, DCP, eMQP); one more is refused (FAM-07). A
       family convention, like the dialects: ``FamilyBroker`` counts them.
+    - ``busy_worker_timeout``: seconds a busy worker whose dialect's worker is silent while it
+      works (``PeerTraits.busy_heartbeats`` false: majortomo's, RFC 7's) may go without a word
+      before it is taken for dead (FAM-09); majortomo's broker's default. Never less than
+      ``liveness * heartbeat_interval``.
     """
 
     heartbeat_interval: float = 2.5
@@ -151,6 +155,7 @@ class BrokerConfig:
     max_peer_bytes: int = 64 * MIB
     max_pending_bytes: int = 128 * MIB
     max_client_requests: int = 1000
+    busy_worker_timeout: float = 900.0
 
     def __post_init__(self) -> None:
         if not self.heartbeat_interval > 0:
@@ -176,6 +181,8 @@ class BrokerConfig:
                 f"messages of the largest size can be full of heartbeats when a request comes "
                 f"(MDP-D-32)"
             )
+        if not self.busy_worker_timeout > 0:
+            raise ValueError(f"busy_worker_timeout must be > 0, got {self.busy_worker_timeout}")
         if self.max_client_requests < 1:
             raise ValueError(f"max_client_requests must be >= 1, got {self.max_client_requests}")
         if self.max_pending_bytes < self.max_message_bytes:
@@ -188,6 +195,12 @@ class BrokerConfig:
     def expiry_span(self) -> float:
         """Silence after which a peer is dead: ``liveness * heartbeat_interval``."""
         return self.liveness * self.heartbeat_interval
+
+    @property
+    def busy_span(self) -> float:
+        """Silence after which a busy worker that does not heartbeat while busy is dead
+        (FAM-09): ``busy_worker_timeout``, at least ``expiry_span``."""
+        return max(self.busy_worker_timeout, self.expiry_span)
 
     @property
     def pipe_messages(self) -> int:
@@ -211,12 +224,15 @@ class PeerTraits:
       and the events say no DISCONNECT was sent (FAM-03).
     - ``mmi``: its ``mmi.*`` requests are answered by the broker (MDP-M-01); otherwise such a
       name is a service like any other (FAM-04).
+    - ``busy_heartbeats``: the peer heartbeats while busy too (MDP-H-04); otherwise a busy
+      one is dead only after ``busy_worker_timeout`` of silence (FAM-09).
     """
 
     heartbeats_expected: bool = True
     heartbeats_sent: bool = True
     disconnect: bool = True
     mmi: bool = True
+    busy_heartbeats: bool = True
 
 
 # --- the worker-side transition table ---------------------------------------------------------
@@ -523,6 +539,7 @@ class Broker:
         self.config = config if config is not None else BrokerConfig()
         self._interval = self.config.heartbeat_interval
         self._span = self.config.expiry_span
+        self._busy_span = self.config.busy_span
         self._max_message = self.config.max_message_bytes
         self._max_held = self.config.max_held_bytes
         self._dispatcher = Dispatcher()
@@ -856,8 +873,16 @@ class Broker:
             registered_at=w.registered_at,
             last_heard=w.last_heard,
             last_sent=w.last_sent,
-            expires_at=w.last_heard + self._span if self._expires(w.peer) else float("inf"),
+            expires_at=self._expires_at(w),
         )
+
+    def _expires_at(self, worker: WorkerRecord) -> float:
+        traits = self._traits.get(worker.peer) if self._traits else None
+        if traits is None:
+            return worker.last_heard + self._span
+        if not traits.heartbeats_expected:
+            return float("inf")  # FAM-02
+        return worker.last_heard + self._liveness_span(worker, traits)
 
     def _request_view(self, r: RequestRecord) -> RequestView:
         return RequestView(
@@ -951,7 +976,7 @@ class Broker:
             if traits.heartbeats_sent:
                 at = worker.last_sent + self._interval
             if traits.heartbeats_expected:
-                at = min(at, worker.last_heard + self._span)
+                at = min(at, worker.last_heard + self._liveness_span(worker, traits))
             if at == float("inf"):  # nothing to time: a dialect with no heartbeats at all
                 worker.timer_at = at
                 return
@@ -961,13 +986,23 @@ class Broker:
     def _dialect_worker_timer(
         self, worker: WorkerRecord, traits: PeerTraits, now: float, events: list[BrokerEvent]
     ) -> None:
-        """``_worker_timer`` for a worker whose dialect may not heartbeat (FAM-01, FAM-02)."""
-        if traits.heartbeats_expected and now >= worker.last_heard + self._span:
+        """``_worker_timer`` for a worker whose dialect may not heartbeat (FAM-01, FAM-02),
+        or not while busy (FAM-09)."""
+        if traits.heartbeats_expected and now >= worker.last_heard + self._liveness_span(
+            worker, traits
+        ):
             self._worker_input(worker.peer, WorkerInput.EXPIRED, now, events)
             return
         if now >= worker.last_sent + self._interval:  # its table says whether to send (FAM-01)
             self._worker_input(worker.peer, WorkerInput.HEARTBEAT_DUE, now, events)
         self._arm_worker_timer(worker)
+
+    def _liveness_span(self, worker: WorkerRecord, traits: PeerTraits) -> float:
+        """How long ``worker`` may be silent: the busy span while it holds a request and its
+        dialect's worker does not heartbeat then (FAM-09), else the liveness span."""
+        if not traits.busy_heartbeats and worker.request is not None:
+            return self._busy_span
+        return self._span
 
     def _silence_timer(
         self, silence: _Silence, deadline: float, now: float, events: list[BrokerEvent]
@@ -1105,7 +1140,8 @@ class Broker:
             elif step is Action.UNREGISTER:
                 assert worker is not None
                 if input_ is WorkerInput.EXPIRED:
-                    events.append(WorkerExpired(peer, worker.service, worker.last_heard, now))
+                    busy = worker.request is not None and not self._busy_heartbeats(peer)
+                    events.append(WorkerExpired(peer, worker.service, worker.last_heard, now, busy))
                     self._remove_worker(worker, now, events, disconnect_sent=False, reason=None)
                 else:
                     self._remove_worker(
@@ -1122,10 +1158,10 @@ class Broker:
             elif step is Action.FORGET:
                 del self._silenced[peer]
 
-    def _expires(self, peer: bytes) -> bool:
-        """Whether ``peer`` is expired when silent as a worker (FAM-02)."""
+    def _busy_heartbeats(self, peer: bytes) -> bool:
+        """Whether ``peer`` heartbeats while busy (FAM-09)."""
         traits = self._traits.get(peer) if self._traits else None
-        return traits is None or traits.heartbeats_expected
+        return traits is None or traits.busy_heartbeats
 
     def _disconnects(self, peer: bytes) -> bool:
         """Whether DISCONNECT is sent to ``peer`` (FAM-03)."""
@@ -1260,6 +1296,8 @@ class Broker:
             # Its one request is done: it leaves before it could be handed another.
             self._remove_worker(worker, now, events, disconnect_sent=False, reason="spent")
             return
+        if worker.timer_at > now + self._span:  # its timer was for a busy span (FAM-09)
+            self._arm_worker_timer(worker)
         record = self._dispatcher.service(worker.service)
         assert record is not None
         if record.queue:  # the worker is idle again: a waiting request goes to it

@@ -11,7 +11,7 @@ can ``match`` them exhaustively under ``mypy --strict`` (``typing_extensions.ass
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, fields
+from dataclasses import MISSING, dataclass, fields
 from typing import Any, Literal, TypeAlias, TypeVar
 
 from typing_extensions import dataclass_transform
@@ -33,7 +33,14 @@ def event(cls: type[_T]) -> type[_T]:
     frozen = dataclass(frozen=True, slots=True)(cls)
     names = [field.name for field in fields(frozen)]  # type: ignore[arg-type]
     setters: dict[str, Any] = {f"_set_{n}": getattr(frozen, n).__set__ for n in names}
-    source = f"def __init__(self, {', '.join(names)}):\n" + "".join(
+    parameters = []
+    for field in fields(frozen):  # type: ignore[arg-type]
+        if field.default is MISSING:
+            parameters.append(field.name)
+        else:  # a field added later, with a default so that older callers still work
+            setters[f"_default_{field.name}"] = field.default
+            parameters.append(f"{field.name}=_default_{field.name}")
+    source = f"def __init__(self, {', '.join(parameters)}):\n" + "".join(
         f"    _set_{n}(self, {n})\n" for n in names
     )
     exec(source, setters)  # the same technique dataclasses itself uses to build __init__
@@ -139,12 +146,15 @@ class WorkerRegistered:
 
 @event
 class WorkerExpired:
-    """A worker was silent for ``liveness * heartbeat_interval`` and is gone (MDP-H-05)."""
+    """A worker was silent for ``liveness * heartbeat_interval`` and is gone (MDP-H-05); or,
+    ``busy``, a worker whose dialect's worker is silent while busy held its request for
+    ``busy_worker_timeout`` without a word (FAM-09)."""
 
     worker: bytes
     service: bytes
     last_heard: float
     at: float
+    busy: bool = False
 
 
 @event

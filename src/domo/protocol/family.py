@@ -121,6 +121,7 @@ def traits_of(capabilities: Capabilities) -> PeerTraits:
         heartbeats_sent=capabilities.broker_heartbeats,  # FAM-01
         disconnect=capabilities.disconnect,  # FAM-03
         mmi=capabilities.mmi,  # FAM-04
+        busy_heartbeats=capabilities.busy_heartbeats,  # FAM-09
     )
 
 

@@ -94,7 +94,9 @@ class Capabilities:
     its dialect has ``client_hops`` (a worker never does); ``worker_heartbeats``,
     ``broker_heartbeats``, ``disconnect`` and ``mmi`` become the peer's ``PeerTraits`` in the
     core (FAM-01..04); ``outstanding_per_client`` bounds what a client of the dialect may have
-    in flight (1: MDP-S-02; N above 1: counted per client, FAM-05; None: any number).
+    in flight (1: MDP-S-02; N above 1: counted per client, FAM-05; None: any number, up to the
+    broker's ``max_client_requests``, FAM-07); ``busy_heartbeats`` false: its worker is silent
+    while busy, and is given ``busy_worker_timeout`` then (FAM-09).
     """
 
     clients: bool  # the dialect has clients
@@ -106,6 +108,9 @@ class Capabilities:
     mmi: bool  # its client may ask the broker's mmi.* services
     outstanding_per_client: int | None  # requests one client may have in flight; None: any
     client_hops: bool  # its client may be behind a REQ socket and ROUTER-DEALER hops
+    # Its worker heartbeats while busy too; otherwise a busy one is dead only after the
+    # broker's busy_worker_timeout (FAM-09).
+    busy_heartbeats: bool = True
 
 
 class RouteView(Protocol):

@@ -82,6 +82,7 @@ MAJORTOMO = DialectCodec(
         mmi=True,  # MAJ-04
         outstanding_per_client=1,
         client_hops=False,  # a DEALER client; its leading empty frame is not a delimiter
+        busy_heartbeats=False,  # MAJ-08: it heartbeats only inside wait_for_request
     ),
     claims=_claims,
     decode=_decode,

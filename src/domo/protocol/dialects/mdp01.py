@@ -93,6 +93,7 @@ MDP01 = DialectCodec(
         mmi=True,  # MDP01-10
         outstanding_per_client=None,  # MDP01-09: a DEALER client's, up to the broker's cap
         client_hops=True,  # MDP01-01
+        busy_heartbeats=False,  # MDP01-12: the Guide's worker heartbeats only in its recv
     ),
     claims=_claims,
     decode=_decode,
