@@ -31,10 +31,22 @@ from domo.protocol.dialects import (
     MDPW02,
     REGISTRY,
     Capabilities,
+    CoreCommand,
     Dialect,
     DialectCodec,
+    Invalid,
+    Lookup,
     Registry,
     Role,
+    RouteView,
+)
+from domo.protocol.dialects.mdp02 import (
+    CLIENT_COMMANDS,
+    WORKER_COMMANDS,
+    command_of,
+    decode_client,
+    decode_worker,
+    to_frames,
 )
 from domo.protocol.events import (
     MmiReplied,
@@ -100,13 +112,16 @@ def codec(variant: Quiet) -> DialectCodec:
             return Role.WORKER
         return Role.CLIENT if header == client_header else None
 
-    def decode(message: Sequence[BodyFrame]) -> list[BodyFrame]:
-        core_header = MDPW02 if message[0] == worker_header else MDPC02
-        return [core_header, *message[1:]]
+    def decode(message: Sequence[BodyFrame]) -> CoreCommand | Invalid:
+        # RFC 18's layout and codes behind its own headers (the MDP kin's shared reading).
+        code = message[1] if len(message) > 1 else b""
+        if message[0] == worker_header:
+            return decode_worker(message, command_of(WORKER_COMMANDS, code))
+        return decode_client(message, command_of(CLIENT_COMMANDS, code), 2)
 
-    def encode(envelope: Relayed, frames: Relayed, request_key: bytes | None) -> Relayed:
-        header = worker_header if frames[0] == MDPW02 else client_header
-        return (b"", header, *frames[1:])
+    def encode(route: RouteView, command: CoreCommand, lookup: Lookup) -> Relayed:
+        header = worker_header if command.role is Role.WORKER else client_header
+        return (b"", header, *to_frames(command)[1:])
 
     capabilities = dataclasses.replace(FULL, **OFF[variant])
     return DialectCodec(variant, capabilities, claims, decode, encode)
@@ -259,12 +274,13 @@ def test_traits_follow_the_capabilities_and_the_shipped_dialects_keep_mdp02_rule
     keep MDP/0.2's heartbeats, DISCONNECT and MMI, but are silent while busy (MDP01-12,
     MAJ-08; specs/mdp-0.1.md, specs/majortomo.md)."""
     assert traits_of(codec(Quiet.NO_HEARTBEATS).capabilities) == PeerTraits(
-        heartbeats_expected=False, heartbeats_sent=False
+        heartbeats_expected=False, heartbeats_sent=False, neutral=True
     )
-    assert traits_of(codec(Quiet.NO_MMI).capabilities) == PeerTraits(mmi=False)
-    assert traits_of(REGISTRY.by_dialect[Dialect.MDP02].capabilities) == PeerTraits()
+    assert traits_of(codec(Quiet.NO_MMI).capabilities) == PeerTraits(mmi=False, neutral=True)
+    # Every peer known by a key is neutral (FAM-10); MDP/0.2's own rules otherwise.
+    assert traits_of(REGISTRY.by_dialect[Dialect.MDP02].capabilities) == PeerTraits(neutral=True)
     for shipped in (Dialect.MDP01, Dialect.MAJORTOMO):  # FAM-09: silent while busy
-        expected = PeerTraits(busy_heartbeats=False)
+        expected = PeerTraits(busy_heartbeats=False, neutral=True)
         assert traits_of(REGISTRY.by_dialect[shipped].capabilities) == expected, shipped
 
 

@@ -20,13 +20,18 @@ import pytest
 from domo.protocol import BrokerConfig
 from domo.protocol.dialects import (
     DETECTION_ORDER,
-    MDPC02,
     Capabilities,
+    Command,
+    CoreCommand,
     Dialect,
     DialectCodec,
+    Invalid,
+    Lookup,
     Registry,
     Role,
+    RouteView,
 )
+from domo.protocol.dialects.mdp02 import decode_client, to_frames
 from domo.protocol.events import (
     ProtocolViolation,
     RequestCompleted,
@@ -56,13 +61,15 @@ def _request_key(message: Sequence[BodyFrame]) -> tuple[bytes, list[BodyFrame]] 
     return bytes(message[1]), [message[0], *message[2:]]
 
 
-def _decode(message: Sequence[BodyFrame]) -> list[BodyFrame]:
-    return [MDPC02, b"\x01", *message[1:]]  # [TAGC01, service, body...] is a REQUEST
+def _decode(message: Sequence[BodyFrame]) -> CoreCommand | Invalid:
+    return decode_client(message, Command.REQUEST, 1)  # [TAGC01, service, body...]
 
 
-def _encode(envelope: Relayed, frames: Relayed, request_key: bytes | None) -> Relayed:
+def _encode(route: RouteView, command: CoreCommand, lookup: Lookup) -> Relayed:
+    request_key = route.request_key
     assert request_key is not None  # every client message of this dialect names its request
-    return (*envelope, b"", TAGC01, request_key, *frames[1:])
+    # Its reply as RFC 18's, its tag first: [TAGC01, tag, code, service, body...].
+    return (*route.envelope, b"", TAGC01, request_key, *to_frames(command)[1:])
 
 
 TAGGED = DialectCodec(

@@ -209,7 +209,8 @@ class ZmqConnection(Generic[FrameT]):
         return ZmqConnection[bytes](monitor)
 
     def unwatch(self) -> None:
-        """Stop the monitor ``watch_closed`` started (its connection must be closed first)."""
+        """Stop the monitor ``watch_closed`` started, before its connection is closed (libzmq
+        blocks sending the monitor's last event to a closed one)."""
         if not self._socket.closed:
             self._socket.disable_monitor()
 

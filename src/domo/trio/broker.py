@@ -86,8 +86,11 @@ async def _report_closed(
                 endpoint = event["endpoint"].decode("utf-8", "replace")
                 emit([ConnectionClosed(endpoint, CLOSED_REASON, "MDP-D-31", trio.current_time())])
     finally:
-        monitor.close(0)
+        # Monitoring stops before its socket closes: libzmq sends the monitor a last event,
+        # and with no reader it blocks for ever (pyzmq #1020, libzmq #3575; seen here as a
+        # broker that hung at shutdown under load).
         conn.unwatch()
+        monitor.close(0)
 
 
 async def serve_broker(
