@@ -52,7 +52,7 @@ def started() -> Iterator[Started]:
             process.stdout.close()
 
 
-def wait_line(process: subprocess.Popen[bytes], prefix: str, limit: float = 20.0) -> str:
+def wait_line(process: subprocess.Popen[bytes], prefix: str, limit: float = 60.0) -> str:
     assert process.stdout is not None
     deadline = time.monotonic() + limit
     while time.monotonic() < deadline:
@@ -64,7 +64,8 @@ def wait_line(process: subprocess.Popen[bytes], prefix: str, limit: float = 20.0
 
 
 def bash(script: str, endpoint: str, cwd: Path) -> list[str]:
-    """A page's shell block run in bash, its endpoint replaced; stdout and stderr lines."""
+    """A page's shell block run in bash, its endpoint replaced; stdout and stderr lines (its
+    ``--wait 60`` and the processes it starts fit in the time allowed, even under load)."""
     text = (EXAMPLES / script).read_text().replace(PAGE_ENDPOINT, endpoint)
     env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
     done = subprocess.run(
