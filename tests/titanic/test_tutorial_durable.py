@@ -75,7 +75,7 @@ def bash(script: str, endpoint: str, cwd: Path) -> list[str]:
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
-        timeout=60,
+        timeout=150,
         check=False,
     )  # fmt: skip  (as a terminal shows it: both streams, in order)
     return done.stdout.splitlines()
@@ -119,7 +119,7 @@ def test_requests_survive_a_crash_tutorial(started: Started, tmp_path: Path) -> 
     assert_shown("durable_fetch.out", fetched)
     again = subprocess.run(
         [sys.executable, "-m", "domo", "fetch", request_id, "--connect", endpoint],
-        capture_output=True, text=True, timeout=30, check=False,
+        capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
     assert again.returncode == 16, again  # closed: unknown now
 
