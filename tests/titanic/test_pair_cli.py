@@ -48,7 +48,9 @@ async def test_a_pair_forms_shows_in_status_and_fails_over(domo: StartDomo) -> N
         )
         assert alone.code == 3, alone
         os.kill(primary_pid, signal.SIGKILL)  # a process this test started
-        after = await run_domo("call", "echo", "after", *both, "--timeout", "1", "--retries", "8")
+        after = await run_domo(
+            "call", "echo", "after", *both, "--timeout", "1", "--retries", "8", time_limit=40
+        )
         assert (after.code, after.stdout) == (0, "after\n"), after
 
 
