@@ -15,6 +15,7 @@ from .hostile import (
     probe_blame,
     probe_drain,
     probe_fairness,
+    probe_labels,
     probe_nng_size,
     probe_ready_flood,
     probe_sighup,
@@ -51,6 +52,15 @@ def test_malformed_nng_input_is_blamed_on_the_peer() -> None:
     result = probe_blame()
     assert result["lines"] > 0, result
     assert result["blaming_the_broker"] == 0, result
+
+
+def test_a_real_service_gets_its_metric_label_after_1024_squatted_names() -> None:
+    """Finding 7: four keyless memo01 READYs of 256 names, then a real `payments` worker: it is
+    labelled in /metrics (it showed only as (none) before); the squatters, once gone, are not
+    counted as workers under any label."""
+    result = probe_labels()
+    assert result["payments_labelled"], result
+    assert result["squat_workers_after_they_left"] == 0, result
 
 
 def test_an_nng_message_over_the_bound_is_not_taken_in() -> None:
