@@ -1,8 +1,10 @@
 """The client side of 9/TSP, runtime-neutral: what to send and what an answer means.
 
-Each runtime's ``TitanicClient`` (``domo.titanic.trio``, ``domo.titanic.asyncio``,
-``domo.titanic.sync``) wraps that runtime's MDP ``Client`` and calls these functions, so the
-three agree by construction: ``submit(service, *frames)`` stores a request and returns its id,
+``AsyncTitanicClient`` wraps any client with ``async request(service, *frames)`` (the ``Client``
+of ``domo.trio`` and of ``domo.asyncio``), ``SyncTitanicClient`` one with a blocking
+``request`` (``domo.sync.Client``); ``domo.titanic.trio``, ``.asyncio`` and ``.sync`` give each
+runtime's as ``TitanicClient``. Both use the functions below, so the three agree by
+construction: ``submit(service, *frames)`` stores a request and returns its id,
 ``fetch(id)`` says ``PENDING``, ``DONE`` (with the reply) or ``UNKNOWN``, ``close(id)`` forgets
 it (TSP-S-02, TSP-S-06, TSP-S-10). Only the status code counts, never its text (TSP-F-06);
 a ``500`` or an answer that is not 9/TSP raises ``TitanicError``.
@@ -13,14 +15,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
+from typing import Protocol
 
 from domo.runtime.errors import DomoError, RemoteError, parse_error_body
 
 from .protocol import CLOSE, OK, PENDING, REPLY, REQUEST, UNKNOWN, is_request_id, status_code
 
 __all__ = [
+    "AsyncTitanicClient",
     "FetchState",
     "Fetched",
+    "SyncTitanicClient",
     "TitanicError",
     "close_request",
     "fetch_request",
@@ -141,3 +146,59 @@ def parse_close(answer: Sequence[bytes]) -> None:
     if code != OK:
         text = bytes(answer[0]).decode("utf-8", "replace")
         raise TitanicError(f"titanic.close failed: {text}", code)
+
+
+class AsyncRequests(Protocol):
+    """What ``AsyncTitanicClient`` needs: the ``request`` of ``domo.trio`` or ``domo.asyncio``."""
+
+    async def request(self, service: str | bytes, *frames: bytes) -> list[bytes]: ...
+
+
+class SyncRequests(Protocol):
+    """What ``SyncTitanicClient`` needs: the ``request`` of ``domo.sync.Client``."""
+
+    def request(self, service: str | bytes, *frames: bytes) -> list[bytes]: ...
+
+
+class AsyncTitanicClient:
+    """Submit now, fetch later: 9/TSP over ``client`` (its timeouts and retries apply)."""
+
+    def __init__(self, client: AsyncRequests) -> None:
+        self.client = client
+
+    async def submit(self, service: str | bytes, *frames: bytes) -> str:
+        """Store a request for ``service``; its id once it is on Titanic's disk."""
+        name, body = submit_request(service, frames)
+        return parse_submit(await self.client.request(name, *body))
+
+    async def fetch(self, request_id: str | bytes) -> Fetched:
+        """The request's reply if there is one yet (``Fetched.state`` says)."""
+        name, body = fetch_request(request_id)
+        return parse_fetch(await self.client.request(name, *body))
+
+    async def close(self, request_id: str | bytes) -> None:
+        """Forget the request and its reply (nothing happens if it is unknown)."""
+        name, body = close_request(request_id)
+        parse_close(await self.client.request(name, *body))
+
+
+class SyncTitanicClient:
+    """``AsyncTitanicClient``'s calls for blocking code, over a ``domo.sync.Client``."""
+
+    def __init__(self, client: SyncRequests) -> None:
+        self.client = client
+
+    def submit(self, service: str | bytes, *frames: bytes) -> str:
+        """Store a request for ``service``; its id once it is on Titanic's disk."""
+        name, body = submit_request(service, frames)
+        return parse_submit(self.client.request(name, *body))
+
+    def fetch(self, request_id: str | bytes) -> Fetched:
+        """The request's reply if there is one yet (``Fetched.state`` says)."""
+        name, body = fetch_request(request_id)
+        return parse_fetch(self.client.request(name, *body))
+
+    def close(self, request_id: str | bytes) -> None:
+        """Forget the request and its reply (nothing happens if it is unknown)."""
+        name, body = close_request(request_id)
+        parse_close(self.client.request(name, *body))
