@@ -199,3 +199,46 @@ async def test_a_context_keeps_nothing_of_a_request_it_released(tmp_path: Path) 
                 assert alive == []
             nursery.cancel_scope.cancel()
     conn.close(0)
+
+
+async def test_domo_memo01_client_and_worker_over_tls_beside_curve(certs: Path) -> None:
+    """Finding 1, end to end in one process: serve_broker under CURVE with an nng+tls+tcp://
+    endpoint; domo's own memo01 worker and client (``tls=``) meet through it, and a client
+    without a certificate gets nothing."""
+    import zmq
+
+    from domo.curve import CurveServer, KeyPair
+    from domo.trio.memo01 import Memo01Client, Memo01Error, run_memo01_worker
+
+    public, secret = zmq.curve_keypair()
+    curve = CurveServer(KeyPair(public, secret), None)
+    tls = NngTls(certs / "localhost.pem", certs / "allowed.crt")
+    port = free_port()
+
+    async def shout(service: str, payload: bytes) -> bytes:
+        return payload.upper()
+
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            bound = await nursery.start(
+                lambda task_status: serve_broker(
+                    "tcp://127.0.0.1:0",
+                    f"nng+tls+tcp://127.0.0.1:{port}",
+                    curve=curve,
+                    nng_tls=tls,
+                    task_status=task_status,
+                )
+            )
+            url = bound[1].removeprefix("nng+")
+            assert url == f"tls+tcp://127.0.0.1:{port}"
+            await nursery.start(
+                lambda task_status: run_memo01_worker(
+                    url, ["shout"], shout, tls=tls_client(certs, "alice"), task_status=task_status
+                )
+            )
+            async with Memo01Client(url, tls=tls_client(certs, "alice")) as client:
+                assert await client.call("shout", b"over tls", timeout=10) == b"OVER TLS"
+            async with Memo01Client(url, tls=tls_client(certs, None)) as stranger:
+                with pytest.raises(Memo01Error, match="no RESULT"):
+                    await stranger.call("shout", b"keyless", timeout=1.0)
+            nursery.cancel_scope.cancel()
