@@ -19,7 +19,7 @@ import trio
 
 from domo.curve import CurveError, CurveServer, KeyPair, NngTls
 from domo.eventlog import describe
-from domo.protocol.events import ProtocolViolation
+from domo.protocol.events import BrokerEvent, ConnectionClosed, ProtocolViolation
 from domo.protocol.memo01 import Memo01Broker
 from domo.trio import serve_broker
 from domo.trio._nng import BACKTRACE_ROOM, MEMO_HEADER_ROOM, NngConnection
@@ -113,7 +113,8 @@ async def test_a_message_over_the_bound_is_not_taken_in(tmp_path: Path) -> None:
     """Finding 2: NNG's receive size is max_message_bytes plus the longest memo01 header; a
     longer message closes its peer's connection before the broker holds it."""
     url = f"ipc://{tmp_path}/s.ipc"
-    conn = NngConnection(f"nng+{url}", max_message_bytes=1000, initial=2)
+    closed: list[BrokerEvent] = []
+    conn = NngConnection(f"nng+{url}", max_message_bytes=1000, initial=2, on_event=closed.extend)
     with trio.fail_after(20):
         async with trio.open_nursery() as nursery:
             await nursery.start(conn.serve)
@@ -122,6 +123,11 @@ async def test_a_message_over_the_bound_is_not_taken_in(tmp_path: Path) -> None:
                 with trio.move_on_after(0.5):
                     await received(conn, 1)
                     raise AssertionError("a message over the bound was taken in")
+            # NNG closed that connection; the broker says so, as for ZeroMQ (MDP-D-31).
+            (event,) = closed
+            assert isinstance(event, ConnectionClosed)
+            assert (event.rule, event.endpoint) == ("MDP-D-31", f"nng+{url}")
+            assert "over max_message_bytes" in event.reason
             with pynng.Req0(dial=url, resend_time=-1) as req, req.new_context() as context:
                 await context.asend(b"y" * (1000 + MEMO_HEADER_ROOM))  # just fits
                 ((_, body),) = await received(conn, 1)

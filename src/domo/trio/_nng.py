@@ -31,7 +31,7 @@ import itertools
 import logging
 import socket
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import suppress
 from typing import Any, Final
 
@@ -41,6 +41,7 @@ from pynng import _nng
 
 from domo.curve import CurveError, NngTls
 from domo.eventlog import ViolationLimiter
+from domo.protocol.events import BrokerEvent, ConnectionClosed
 from domo.protocol.mdp import BodyFrame
 from domo.runtime.pumping import EAGAIN, EHOSTUNREACH, SENT
 
@@ -68,6 +69,12 @@ MEMO_HEADER_ROOM: Final = 256 * (255 + 2) + 1024
 # What NNG counts against its receive size besides: req0's backtrace, 4 bytes a hop (8 hops).
 BACKTRACE_ROOM: Final = 32
 TLS_SCHEME: Final = "tls+tcp://"
+# What a closed connection may mean (MDP-D-31, as on ZeroMQ): NNG closes the pipe of a peer that
+# sends a message over its receive size exactly as when the peer goes.
+CLOSED_REASON: Final = (
+    "by its peer, or by NNG for a message over max_message_bytes (MDP-D-25); NNG does not tell "
+    "which"
+)
 
 
 def is_nng(endpoint: str) -> bool:
@@ -150,11 +157,14 @@ class NngConnection:
         max_message_bytes: int | None = None,
         tls: NngTls | None = None,
         per_pipe: int = 1000,
+        on_event: Callable[[list[BrokerEvent]], None] | None = None,
     ) -> None:
         """``max_message_bytes``: the longest body taken in (NNG closes the connection of a
         peer that sends more, with room for the header). ``tls``: required for, and only for,
         an ``nng+tls+tcp://`` endpoint. ``per_pipe``: the requests one NNG connection may have
-        held at once (its workers' and its jobs'); one more is released unanswered."""
+        held at once (its workers' and its jobs'); one more is released unanswered.
+        ``on_event``: told of each connection that closes (``ConnectionClosed``, MDP-D-31: by
+        its peer, or by NNG for a message over the bound, which NNG does not tell apart)."""
         self.endpoint = endpoint
         if is_tls(endpoint) != (tls is not None):
             raise ValueError(
@@ -162,6 +172,7 @@ class NngConnection:
                 "and only such an endpoint takes them"
             )
         self._tls = tls
+        self._on_event = on_event
         self._per_pipe = per_pipe
         self.refused = 0  # requests released for being over ``per_pipe``
         self._refusals = ViolationLimiter(burst=5, window=10.0)
@@ -356,6 +367,9 @@ class NngConnection:
     def _pipe_gone(self, pipe: bytes) -> None:
         if self._held_per_pipe.get(pipe):
             self._dead_pipes.add(pipe)
+        if self._on_event is not None:
+            closed = ConnectionClosed(self.endpoint, CLOSED_REASON, "MDP-D-31", trio.current_time())
+            self._on_event([closed])
 
     def _spend(self, token: bytes, slot: _Slot) -> None:
         del self._held[token]

@@ -239,6 +239,7 @@ async def serve_broker(
                     max_message_bytes=limits.max_message_bytes,
                     tls=nng_tls if endpoint.startswith(NNG_TLS_SCHEME) else None,
                     per_pipe=getattr(limits, "max_client_requests", 1000),
+                    on_event=emit,
                 )
                 conns.append(nng_conn)
                 nng_conns.append(nng_conn)
