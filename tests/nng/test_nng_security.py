@@ -19,7 +19,12 @@ import trio
 
 from domo.curve import CurveError, CurveServer, KeyPair, NngTls
 from domo.eventlog import describe
-from domo.protocol.events import BrokerEvent, ConnectionClosed, ProtocolViolation
+from domo.protocol.events import (
+    BrokerEvent,
+    ConnectionClosed,
+    ProtocolViolation,
+    RequestRefused,
+)
 from domo.protocol.memo01 import Memo01Broker
 from domo.trio import serve_broker
 from domo.trio._nng import BACKTRACE_ROOM, MEMO_HEADER_ROOM, NngConnection
@@ -156,7 +161,10 @@ async def test_one_connection_holds_at_most_per_pipe_requests(tmp_path: Path) ->
     requests held, one more is released unanswered and counted; another connection is not
     affected."""
     url = f"ipc://{tmp_path}/p.ipc"
-    conn = NngConnection(f"nng+{url}", per_pipe=2, initial=8)
+    events: list[BrokerEvent] = []
+    conn = NngConnection(
+        f"nng+{url}", per_pipe=2, initial=8, on_event=events.extend, held_bytes=lambda: 77
+    )
     with trio.fail_after(20):
         async with trio.open_nursery() as nursery:
             await nursery.start(conn.serve)
@@ -168,6 +176,13 @@ async def test_one_connection_holds_at_most_per_pipe_requests(tmp_path: Path) ->
                 while not conn.refused:  # noqa: ASYNC110 - the third is refused by its task
                     await trio.sleep(0.01)
                 assert {body for _, body in held} < {b"held 0", b"held 1", b"held 2"}
+                (refused,) = [e for e in events if isinstance(e, RequestRefused)]
+                assert (refused.reason, refused.rule, refused.held) == (
+                    "client-limit",
+                    "FAM-07",
+                    77,
+                )
+                assert refused.size == len(b"held 0")
                 assert not conn.readable()
                 with pynng.Req0(dial=url, resend_time=-1) as other, other.new_context() as ctx:
                     await ctx.asend(b"other")
