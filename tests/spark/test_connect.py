@@ -61,7 +61,7 @@ def test_a_connect_url_nobody_serves_is_one_line(tmp_path: Path) -> None:
     pytest.importorskip("grpc", reason="the connect extra: pip install 'domo[connect]'")
     generate_traces(tmp_path, 1000)
     done = _run(str(tmp_path), "--remote", "sc://127.0.0.1:1")
-    assert done.returncode == report.EXIT_NO_SERVER == 15
+    assert done.returncode == report.EXIT_NO_SERVER == 18
     assert done.stderr.startswith("domo report: cannot reach Spark Connect at sc://127.0.0.1:1")
     assert done.stderr.count("\n") == 1, done.stderr
 

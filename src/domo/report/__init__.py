@@ -53,7 +53,7 @@ EXIT_SCHEMA: Final = 11  # a file of another trace schema version
 EXIT_NO_SPARK: Final = 12  # the spark extra (pyspark, pandas, matplotlib) is not installed
 EXIT_NO_JAVA: Final = 13  # no Java 17+ to run Spark
 EXIT_READ_FAILED: Final = 14  # Spark failed reading a file whose footer looked fine
-EXIT_NO_SERVER: Final = 15  # --remote: no Spark Connect server answers at the URL
+EXIT_NO_SERVER: Final = 18  # --remote: no Spark Connect server answers at the URL
 EXIT_INTERRUPTED: Final = 130  # Ctrl-C (SIGINT): 128 + 2, the shell's convention
 
 EXIT_CODES: Final = [
