@@ -173,8 +173,10 @@ async def test_one_connection_holds_at_most_per_pipe_requests(tmp_path: Path) ->
                 for number, context in enumerate(contexts):
                     await context.asend(b"held %d" % number)
                 held = await received(conn, 2)
-                while not conn.refused:  # noqa: ASYNC110 - the third is refused by its task
-                    await trio.sleep(0.01)
+                with trio.move_on_after(5):
+                    while not conn.refused:  # noqa: ASYNC110 - the third is refused by its task
+                        await trio.sleep(0.01)
+                assert conn.refused == 1
                 assert {body for _, body in held} < {b"held 0", b"held 1", b"held 2"}
                 (refused,) = [e for e in events if isinstance(e, RequestRefused)]
                 assert (refused.reason, refused.rule, refused.held) == (
@@ -266,3 +268,36 @@ async def test_domo_memo01_client_and_worker_over_tls_beside_curve(certs: Path) 
                 with pytest.raises(Memo01Error, match="no RESULT"):
                     await stranger.call("shout", b"keyless", timeout=1.0)
             nursery.cancel_scope.cancel()
+
+
+def test_memo_24_one_connection_offers_at_most_max_seats_services() -> None:
+    """Finding 3: a READY that would take its NNG connection over ``max_seats`` seats is
+    dropped with MEMO-24 and released unanswered; another connection is not affected, and the
+    seats of a worker that leaves are free again."""
+    from domo.protocol.dialects.memo01 import MessageType, encode
+    from domo.protocol.events import WorkerRegistered
+    from domo.protocol.memo01 import Memo01Config
+
+    broker = Memo01Broker(memo_connections={1}, memo=Memo01Config(max_seats=512))
+
+    def ready(pipe: bytes, number: int, count: int) -> list[BrokerEvent]:
+        names = tuple(
+            sorted((f"s{number}-{i:03d}" for i in range(count)), key=lambda s: (len(s), s))
+        )
+        token = pipe + number.to_bytes(8, "big")
+        return broker.receive(token, [encode(MessageType.READY, services=names)], 0.0, connection=1)
+
+    a, b = b"\x00" * 7 + b"\x0a", b"\x00" * 7 + b"\x0b"
+    for number in (1, 2):  # 2 x 256 = 512 seats on connection a: allowed
+        events = ready(a, number, 256)
+        assert sum(isinstance(e, WorkerRegistered) for e in events) == 256
+    broker.take_outgoing()
+    events = ready(a, 3, 1)  # one more: over
+    violations = [(e.rule, e.peer, e.action) for e in events if isinstance(e, ProtocolViolation)]
+    assert violations == [("MEMO-24", a, "dropped")]
+    assert not any(isinstance(e, WorkerRegistered) for e in events)
+    assert broker.take_outgoing() == [(1, a + (3).to_bytes(8, "big"), ())]  # released
+    assert sum(isinstance(e, WorkerRegistered) for e in ready(b, 4, 256)) == 256  # another pipe
+    (first,) = [i for i, s in broker.memo_workers().items() if s[0] == "s1-000"]
+    broker.receive(b"\x00" * 16, [encode(MessageType.DISCONNECT, first)], 0.1, connection=1)
+    assert sum(isinstance(e, WorkerRegistered) for e in ready(a, 5, 256)) == 256  # freed
