@@ -139,3 +139,36 @@ def test_shares_balance_the_records_and_depend_on_nothing_else() -> None:
     assert loads == [13, 13, 14]
     assert sorted(path for share in cut for path in share) == sorted(path for path, _ in files)
     assert _analyse.shares(files[:2], 5) == [["f0"], ["f1"]]  # never an empty share
+
+
+def test_several_dialects_split_the_tables_and_the_plots(files: list[Path]) -> None:
+    """With two dialects: a dialect column, each dialect's subtotal, the total last; a
+    throughput panel per dialect; group headers over the percentiles, which say what they are."""
+    pytest.importorskip("matplotlib", reason="matplotlib comes with domo[spark]")
+    from domo.report import _render
+
+    partial = _partial.read([str(path) for path in files], _partial.Window(), 10)
+    report = _analyse.finish(partial, {}, _analyse.Filters(), slowest=10, files=len(files))
+    assert report.dialects == ["emqp", "mdp02"]
+    keys = [(row["dialect"], row["service"]) for row in report.services]
+    assert keys[-1] == (None, None)
+    assert ("emqp", None) in keys
+    assert ("mdp02", None) in keys
+    assert keys.index(("emqp", None)) < keys.index(("mdp02", "svc.00"))  # grouped by dialect
+    by_key = {key: row for key, row in zip(keys, report.services, strict=True)}
+    assert by_key[("emqp", None)]["requests"] + by_key[("mdp02", None)]["requests"] == 30_000
+    assert by_key[(None, None)]["requests"] == 30_000
+    text = _render.text(report)
+    header = text.splitlines()[3]
+    assert "queue wait (ms)" in header
+    assert "latency (ms)" in header
+    assert text.splitlines()[4].split()[:3] == ["dialect", "service", "requests"]
+    assert "histograms of 1 %-wide log buckets" in text
+    assert "times exact" in text
+    page = _render.page(report)
+    assert page.count("<svg") == 3
+    assert "dialect emqp" in page  # a throughput panel title (matplotlib keeps it as a comment)
+    assert "Services by dialect" in page
+    # services (3 groups), workers (1), the slowest (1: exact times)
+    assert page.count("<th colspan='3' class='group'>") == 5
+    assert "(of each dialect)" not in page
