@@ -32,6 +32,13 @@ PYPROJECT = nox.project.load_toml("pyproject.toml")
 SUPPORTED = ["3.11", "3.12", "3.13"]
 
 
+# Most of the suite waits on the wall clock (fuzz time budgets, heartbeats, subprocesses) with
+# the CPU idle, so it runs on pytest-xdist workers: -n 2 took the clean-clone CI run from X to Y
+# on 2 cores. ``loadgroup``: any test on any worker, but the tests sharing one costly session
+# fixture (tests/conftest.py's ONE_PER_RUN: the SparkSession, the peers' virtualenvs) together.
+PARALLEL = ["-n", "2", "--dist", "loadgroup"]
+
+
 def group(name: str) -> list[str]:
     """The requirements of one PEP 735 dependency group of pyproject.toml."""
     return list(nox.project.dependency_groups(PYPROJECT, name))
@@ -45,9 +52,11 @@ def tests(session: nox.Session) -> None:
     on the machine's Java 17; those tests skip with the reason where pyspark is missing);
     metrics: prometheus-client, for tests/test_metrics.py; nng: pynng and cbor2, for memo01
     (tests/protocol/test_memo01*.py, tests/nng).
+
+    On ``PARALLEL`` pytest-xdist workers (``-- -n 0`` for one process; later options win).
     """
     session.install("-e", ".[trace,spark,metrics,nng]", *group("test"))
-    session.run("pytest", *session.posargs)
+    session.run("pytest", *PARALLEL, *session.posargs)
 
 
 @nox.session(python=SUPPORTED)
