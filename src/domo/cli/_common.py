@@ -63,7 +63,10 @@ EXIT_CODES: Final[dict[str, list[tuple[int, str]]]] = {
     "broker": [
         (EXIT_OK, _STOPPED),
         (EXIT_ERROR, _BUG),
-        (EXIT_USAGE, "usage error: bad arguments or options"),
+        (
+            EXIT_USAGE,
+            "usage error: bad arguments or options; or --metrics without prometheus-client",
+        ),
         (EXIT_ENDPOINT, _ENDPOINT_FAILED),
     ],
     "worker": [
@@ -455,6 +458,22 @@ def _endpoint(schemes: Sequence[str], text: str) -> str:
         return check_endpoint(text, bind="inproc" in schemes, schemes=schemes)
     except EndpointError as error:
         raise argparse.ArgumentTypeError(str(error)) from None
+
+
+METRICS_HINT: Final = (
+    "needs prometheus-client, the metrics extra: pip install 'domo[metrics]' (from a checkout: "
+    "pip install '.[metrics]')"
+)
+
+
+def _metrics_missing(what: str) -> bool:
+    """Whether the metrics extra is missing; if so, says on stderr what needs it (``what``:
+    "domo status", "domo broker: --metrics") and how to install it. Checked before the first
+    use, because ``domo.metrics`` imports prometheus-client only where it is used."""
+    if importlib.util.find_spec("prometheus_client") is not None:
+        return False
+    print(f"{what} {METRICS_HINT}", file=sys.stderr)
+    return True
 
 
 def _nng_installed() -> bool:

@@ -52,6 +52,7 @@ from ._common import (
     _count,
     _endpoint,
     _graceful_stop,
+    _metrics_missing,
     _positive_float,
     _subcommand,
     logger,
@@ -182,15 +183,10 @@ async def _broker(args: argparse.Namespace) -> int:
         print(f"domo broker: {error}", file=sys.stderr)
         return EXIT_USAGE
     if args.metrics is not None:
-        try:
-            from domo.metrics import BrokerMetrics, serve_metrics
-        except ImportError:
-            print(
-                "domo broker: --metrics needs prometheus-client: pip install '.[metrics]' in "
-                "domo's source directory",
-                file=sys.stderr,
-            )
+        if _metrics_missing("domo broker: --metrics"):
             return EXIT_USAGE
+        from domo.metrics import BrokerMetrics, serve_metrics
+
         metrics = BrokerMetrics(config)
         try:
             host, port = serve_metrics(args.metrics, metrics)
