@@ -54,6 +54,7 @@ GROUPS = {
     "tests/interop/test_majortomo.py": "majortomo",
     "tests/docs/test_tutorials.py": "majortomo",
     "tests/interop/test_eventmq.py": "eventmq",
+    "tests/docs/test_readme.py::test_eventmq_blocks": "eventmq",
 }
 # Each costly fixture and its group: a test that takes one outside the group's paths is refused.
 FIXTURE_GROUPS = {"spark": "spark", "majortomo_python": "majortomo", "eventmq_python": "eventmq"}
