@@ -519,6 +519,7 @@ class Broker:
         self._span = self.config.expiry_span
         self._max_message = self.config.max_message_bytes
         self._max_held = self.config.max_held_bytes
+        self._draining = False  # MDP-D-34
         self._dispatcher = Dispatcher()
         self._workers: dict[bytes, WorkerRecord] = {}
         self._silenced: dict[bytes, _Silence] = {}
@@ -718,6 +719,16 @@ class Broker:
             if traits not in self._tables:
                 self._tables[traits] = worker_transitions_for(traits)
 
+    def stop_taking_requests(self) -> None:
+        """Refuse every new request from now on (``RequestRefused``, ``draining``, MDP-D-34);
+        the requests already taken carry on: a drain before ``shutdown``."""
+        self._draining = True
+
+    @property
+    def draining(self) -> bool:
+        """Whether ``stop_taking_requests`` was called."""
+        return self._draining
+
     def shutdown(self, now: float) -> list[BrokerEvent]:
         """Give up every request and send DISCONNECT to every registered worker (MDP-W-14).
 
@@ -787,14 +798,16 @@ class Broker:
     # -- hooks for dialects the core serves through a bridge (domo.protocol.emqp_bridge) -------
 
     def withdraw(
-        self, peers: Sequence[bytes], now: float, *, unsent: bool = False
+        self, peers: Sequence[bytes], now: float, *, unsent: bool = False, expired: bool = False
     ) -> list[BrokerEvent]:
         """Unregister the registered workers among ``peers`` at once, as if each had sent
         DISCONNECT (MDP-W-13): their requests go back to the front of their queues together, in
         order of acceptance (MDP-D-08, MDP-A-03), so none is handed to another of them. For a
         worker made of several registrations (an eMQP worker's slots). ``unsent``: their
         requests were handed to them in this very call and will not be sent, so going back
-        does not count as one of their re-dispatches."""
+        does not count as one of their re-dispatches. ``expired``: the dialect's own liveness
+        clock found the worker silent too long (its registrations are not timed here, FAM-02):
+        each is ``WorkerExpired`` and silenced, as by MDP-H-05."""
         events = self._advance(now)
         lost: list[tuple[RequestRecord, bytes]] = []
         self._lost_in_advance = lost
@@ -805,7 +818,12 @@ class Broker:
                     continue
                 if unsent and worker.request is not None:
                     worker.request.attempts -= 1
-                self._worker_input(peer, WorkerInput.DISCONNECT, now, events)
+                if expired:  # MDP-H-05's cell, whatever the peer's traits say of its timer
+                    events.append(WorkerExpired(peer, worker.service, worker.last_heard, now))
+                    self._remove_worker(worker, now, events, disconnect_sent=False, reason=None)
+                    self._silence(peer, now)
+                else:
+                    self._worker_input(peer, WorkerInput.DISCONNECT, now, events)
         finally:
             self._lost_in_advance = None
         if lost:
@@ -1283,6 +1301,10 @@ class Broker:
             self._mmi(peer, service, body, now, events)  # FAM-04: only where the dialect has it
             return
         if self._congested and self._refused_as_congested(peer, service, body, now, events):
+            return
+        if self._draining:  # MDP-D-34: a draining broker takes no new request
+            size, held = sum(map(len, body)), self._held_bytes
+            events.append(RequestRefused(peer, service, "draining", size, held, "MDP-D-34", now))
             return
         request = RequestRecord(self._last_request_id + 1, peer, service, body, now)
         size = request.size

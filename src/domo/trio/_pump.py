@@ -46,6 +46,12 @@ __all__ = ["BATCH", "RouterPump", "SessionPump", "flush_router", "log_event", "p
 
 BATCH = 256  # messages handled per wake-up: one checkpoint per batch, and a flood can't hog us
 SLICE = 4  # messages handled between two flushes: replies never wait behind a flood (fairness)
+# Seconds a pump may run between two checkpoints when the broker has several sockets: another
+# socket's pump (or an NNG socket's context tasks) runs only at this pump's checkpoints, and a
+# request that crosses sockets needs several such turns; 256 messages of a flood per turn cut a
+# memo01 client on another socket to 0.04-0.08 of its throughput (issue 27). The time is read
+# after every SLICE anyway, so the turn costs nothing to keep.
+SHARED_TURN = 0.0001
 
 E = TypeVar("E")
 
@@ -81,6 +87,7 @@ class RouterPump:
         self._emit = emit
         self._outbox = outbox
         self._scope: trio.CancelScope | None = None
+        self.turn = math.inf if outbox is None else SHARED_TURN
 
     def wake(self) -> None:
         """Make the pump flush soon: messages for its socket were queued by another pump."""
@@ -117,6 +124,7 @@ class RouterPump:
                     # dearer than a message. An empty read means the socket is empty: back to
                     # ``wait``, which re-arms the edge-triggered FD before sleeping.
                     budget = BATCH
+                    turn_ends = trio.current_time() + self.turn
                     while True:
                         now = trio.current_time()
                         messages = conn.receive(min(budget, SLICE))
@@ -128,7 +136,7 @@ class RouterPump:
                             emit(broker.tick(now))
                         self.flush(now)
                         budget -= len(messages)
-                        if not messages or budget <= 0:
+                        if not messages or budget <= 0 or now >= turn_ends:
                             break
             self._scope = None
             now = trio.current_time()  # the deadline passed (or a wake): fire what is due
