@@ -36,7 +36,7 @@ def test_readme_lists_every_exit_code() -> None:
     listed = text[text.index("Exit codes, one meaning each:") : text.index("`domo COMMAND --help`")]
     # "0 ok (...), 1 a bug (...), ..., 10 to 14 ..., 130 and 143 ...": each item after ": " or ", ".
     codes: list[int] = []
-    for first, to, also in re.findall(r"(?:: |, )(\d+)(?: to (\d+)| and (\d+))? [a-z`(]", listed):
+    for first, to, also in re.findall(r"(?:: |, )(\d+)(?: to (\d+)| and (\d+))?\s[a-z`(]", listed):
         codes += range(int(first), int(to or first) + 1)
         codes += [int(also)] if also else []
     codes.sort()
