@@ -253,7 +253,10 @@ _TEMPLATES: Final[dict[str, Callable[[Any], str]]] = {
     "ReconnectRequired": lambda e: (
         f"{e.reason}: reconnecting on a new socket in {_seconds(max(0.0, e.reconnect_at - e.at))}"
     ),
-    "WorkerConnected": lambda e: f"connected; READY sent for {_text(e.service)}",
+    "WorkerConnected": lambda e: (
+        f"READY sent for {_text(e.service)} on a new connection; waiting for the broker to "
+        "answer (a broker's first HEARTBEAT comes one interval later)"
+    ),
     "RequestReceived": lambda e: (
         f"request {e.number} from client {peer_text(e.client)} ({len(e.body)} frames)"
     ),

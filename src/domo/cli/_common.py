@@ -84,12 +84,17 @@ EXIT_CODES: Final[dict[str, list[tuple[int, str]]]] = {
         (EXIT_USAGE, "usage error: bad arguments or options"),
         (
             EXIT_TIMEOUT,
-            "no reply in time after every retry (broker down, no worker, or the "
-            "work takes longer than --timeout)",
+            "no reply in time after every retry (no worker, the work takes longer than "
+            "--timeout, or a broker that stopped answering)",
         ),
         (EXIT_REMOTE_ERROR, "the worker's handler failed (its error type and message on stderr)"),
         (EXIT_ENDPOINT, _ENDPOINT_FAILED),
         (EXIT_NOT_FOUND, "mmi.*: the broker answered 404 (no worker for the service) or 501"),
+        (
+            EXIT_UNREACHABLE,
+            "no broker at the endpoint (nothing listens there, or it does not speak ZeroMQ); "
+            "said within about 1.5 s, as soon as the first reply is late",
+        ),
         (EXIT_INTERRUPTED, "stopped by SIGINT (Ctrl-C); 143 by SIGTERM"),
     ],
     "demo": [

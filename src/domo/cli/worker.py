@@ -37,6 +37,7 @@ from ._common import (
     _subcommand,
     logger,
 )
+from ._probe import probe
 
 
 def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -116,6 +117,8 @@ async def _worker(args: argparse.Namespace) -> int:
         serving = f"by running {args.exec_command!r}"
     config = WorkerConfig(heartbeat_interval=args.heartbeat_interval, liveness=args.liveness)
     watch = BrokerWatch(args.connect, config)
+    endpoints = args.connects or [args.connect]  # failover order (MDP-D-28)
+    watch.peer_there = len(endpoints) > 1  # one endpoint: look_underneath says
 
     def say_serving() -> None:
         print(
@@ -125,6 +128,21 @@ async def _worker(args: argparse.Namespace) -> int:
         )
 
     watch.on_first_answer = say_serving
+
+    async def look_underneath() -> None:
+        """No answer soon after start: say what is (not) at the endpoint (domo.cli._probe)."""
+        await trio.sleep(PROBE_AFTER)
+        if watch.answered:
+            return
+        found = await probe(args.connect, PROBE_WAIT, args.curve)
+        watch.peer_there = found is None  # only then can silent connects mean more
+        if found is not None and not watch.answered:
+            logger.warning(
+                "no broker at %s (still trying: it serves once a broker answers there): %s",
+                args.connect,
+                found,
+            )
+
     work = partial(
         run_worker,
         config=config,
@@ -136,11 +154,12 @@ async def _worker(args: argparse.Namespace) -> int:
     async with _graceful_stop("worker") as stop:
         with stop:
             async with trio.open_nursery() as nursery:
-                endpoints = args.connects or [args.connect]  # failover order (MDP-D-28)
                 await nursery.start(work, endpoints, args.service, handler)
                 if not watch.answered:
                     where = " or ".join(endpoints)
                     print(f"domo worker: waiting for the broker at {where}", flush=True)
+                    if len(endpoints) == 1:
+                        nursery.start_soon(look_underneath)
                 await trio.sleep_forever()
     print("domo worker: stopped", flush=True)
     return EXIT_OK
@@ -166,11 +185,17 @@ class BrokerWatch:
         self.heard_since_connect = False
         self.silent_connects = 0
         self.hinted = False
+        # Whether a ZeroMQ peer completed a handshake at the endpoint (``_probe``): until then,
+        # silent connects may just mean nothing is there, which the probe says better. True
+        # where no probe runs (several endpoints).
+        self.peer_there = True
         self.on_first_answer: Callable[[], None] = lambda: None
 
     def heard(self) -> None:
+        """The broker's first message on a new connection: only now is the worker connected."""
         self.heard_since_connect = True
         self.silent_connects = 0
+        logger.info("connected: the broker at %s answered", self.endpoint)
         if not self.answered:
             self.answered = True
             self.on_first_answer()
@@ -185,19 +210,31 @@ class BrokerWatch:
             self.silent_connects += 1
             # A broker heard before has an interval that fits (its HEARTBEAT came in time):
             # losing it later has other causes (it stopped, or a large body held the line).
-            if self.silent_connects >= self.STRIKES and not self.hinted and not self.answered:
+            if (
+                self.silent_connects >= self.STRIKES
+                and self.peer_there
+                and not self.hinted
+                and not self.answered
+            ):
                 self.hinted = True
                 span = self.config.liveness * self.config.heartbeat_interval
                 logger.warning(
                     "nothing heard from the broker at %s within %.3g s of connecting, %d times "
-                    "in a row: no broker is running there, or its heartbeat interval is longer "
-                    "than this worker's %.3g s (broker and worker must use the same "
-                    "--heartbeat-interval and --liveness)",
+                    "in a row: a ZeroMQ peer is there, but it is not an MDP broker, or its "
+                    "heartbeat interval is longer than this worker's %.3g s (broker and worker "
+                    "must use the same --heartbeat-interval and --liveness)",
                     self.endpoint,
                     span,
                     self.silent_connects,
                     self.config.heartbeat_interval,
                 )
+
+
+# The look underneath when the broker is slow to answer at start (domo.cli._probe): after
+# PROBE_AFTER seconds without an answer (a broker's first HEARTBEAT comes one interval after
+# READY; a probe needs no wait for it), watching for up to PROBE_WAIT seconds.
+PROBE_AFTER: Final = 1.0
+PROBE_WAIT: Final = 2.0
 
 
 async def _echo(body: list[bytes]) -> list[bytes]:
