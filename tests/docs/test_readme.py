@@ -234,12 +234,16 @@ def test_three_terminals_and_the_exec_worker(processes: Callable[..., Process]) 
     assert (mmi.returncode, mmi.stdout) == (0, "200\n"), mmi.stderr
 
     # The paragraph after it: a worker that runs a command per request, and stdin as a frame.
-    [worker] = inline_commands(r"^domo worker upper --exec")
+    [worker, pipeline] = inline_commands(r"^domo worker upper --exec")
     [call] = inline_commands(r"\| domo call upper -$")
-    processes(DOMO, *shlex.split(worker)[1:], cwd=ROOT, env=env)
-    wait_for_service(endpoint, "upper")
-    shout = run("bash", "-c", call, cwd=ROOT, env=env)
-    assert (shout.returncode, shout.stdout.strip()) == (0, "SHOUT THIS"), shout.stderr
+    for command, shown in ((worker, "SHOUT THIS"), (pipeline, "SIHT TUOHS")):
+        started = processes(DOMO, *shlex.split(command)[1:], cwd=ROOT, env=env)
+        wait_for_service(endpoint, "upper")
+        shout = run("bash", "-c", call, cwd=ROOT, env=env)
+        assert (shout.returncode, shout.stdout.strip()) == (0, shown), shout.stderr
+        assert started.stop() == 0, str(started)
+        gone = run(DOMO, "call", "mmi.service", "upper", cwd=ROOT, env=env)
+        assert gone.stdout == "404\n", gone  # the next one serves alone
     # And the one-line call from Python: what it returns, as the README says.
     found = re.search(r"`(domo\.call\([^`]+\))` returns `([^`]+)`", README.read_text())
     assert found is not None

@@ -42,6 +42,12 @@ from ._common import (
 )
 from ._probe import probe
 
+# A resent request is a second run of the work: MDP/0.2 has no way to call the first one off.
+# So the call waits longer than a worker's default command limit (domo worker --exec-timeout,
+# 30 s) before it resends; no broker is said at once anyway (``probe``), and no worker is said
+# as soon as the broker says so (mmi.service).
+CALL_TIMEOUT: Final = 35.0
+
 
 def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     sub = _subcommand(
@@ -67,9 +73,12 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     sub.add_argument(
         "--timeout",
         type=_positive_float,
-        default=2.5,
+        default=CALL_TIMEOUT,
         metavar="SECONDS",
-        help="wait this long for a reply before resending on a new socket (default: %(default)s)",
+        help="wait this long for a reply (or the next PARTIAL) before resending the request on "
+        "a new socket; longer than domo worker's --exec-timeout by default, so a slow command "
+        "is not run again for each resend, and one that runs out of time is reported by its "
+        "worker (default: %(default)s)",
     )
     sub.add_argument(
         "--retries",
@@ -138,7 +147,7 @@ async def _request(args: argparse.Namespace) -> int:
     client = Client(endpoints, timeout=args.timeout, retries=args.retries, curve=args.curve)
     async with client:
         for number in itertools.count() if args.repeat == 0 else range(args.repeat):
-            if number == 0 and len(endpoints) == 1:
+            if number == 0 and len(endpoints) == 1 and args.repeat == 1:
                 outcome = await _first_request(client, args)
                 if isinstance(outcome, str):
                     print(f"domo call: no broker at {args.connect}: {outcome}", file=sys.stderr)
@@ -149,9 +158,10 @@ async def _request(args: argparse.Namespace) -> int:
     return code
 
 
-# The first request's look underneath (domo.cli._probe): set off when no reply came within
-# PROBE_AFTER seconds (most replies come sooner, and a probe is a connection the broker sees
-# come and go), for up to PROBE_WAIT seconds of watching.
+# The look underneath a single request (domo.cli._probe; not with --repeat, a load or a
+# fuzzer's client, nor with several brokers): set off when no reply came within PROBE_AFTER
+# seconds (most replies come sooner, and a probe is a connection the broker sees come and go),
+# for up to PROBE_WAIT seconds of watching.
 PROBE_AFTER: Final = 0.3
 PROBE_WAIT: Final = 1.0
 
@@ -169,6 +179,14 @@ async def _first_request(client: Client, args: argparse.Namespace) -> int | str:
         if unreachable is not None:
             outcome = unreachable
             scope.cancel()
+        elif not args.service.startswith("mmi.") and not await _has_worker(args):
+            print(
+                f"domo call: no worker serves {args.service!r} at {args.connect} yet; the "
+                f"request waits for one in the broker's queue (resent after --timeout "
+                f"{args.timeout:g} s; Ctrl-C stops)",
+                file=sys.stderr,
+                flush=True,
+            )
 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(look_underneath, nursery.cancel_scope)
@@ -221,6 +239,17 @@ def _write_json_reply(frames: list[bytes], final: bool) -> None:
         shown, encoding = [base64.b64encode(frame).decode("ascii") for frame in frames], "base64"
     line = {"reply": "final" if final else "partial", "frames": shown, "encoding": encoding}
     print(json.dumps(line), flush=True)
+
+
+async def _has_worker(args: argparse.Namespace) -> bool:
+    """Whether the broker says a worker serves the service (mmi.service; one short try, and
+    True if the broker does not answer it: nothing is then known)."""
+    async with Client(args.connect, timeout=1.0, retries=0, curve=args.curve) as client:
+        try:
+            answer = await client.request("mmi.service", args.service.encode())
+        except RequestError:
+            return True
+    return answer[:1] == [b"200"]
 
 
 async def _why_no_reply(args: argparse.Namespace, attempts: int) -> str:

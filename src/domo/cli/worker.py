@@ -72,6 +72,12 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--exec", dest="exec_command", metavar="CMD", help="serve SERVICE by running CMD"
     )
     sub.add_argument(
+        "--shell",
+        action="store_true",
+        help="run CMD with /bin/sh -c, for pipes, redirections and $VARIABLES (without it, a "
+        "CMD that needs a shell is refused at start)",
+    )
+    sub.add_argument(
         "--exec-timeout",
         type=_positive_float,
         default=30.0,
@@ -98,15 +104,62 @@ def _prepare_worker(args: argparse.Namespace) -> None:
                 "('echo' is the only built-in service)"
             )
         return
+    if args.shell:
+        if not args.exec_command.strip():
+            args.parser.error("--exec: empty command")
+        args.exec_argv = ["/bin/sh", "-c", args.exec_command]
+        return
     try:
         argv = shlex.split(args.exec_command)
     except ValueError as error:
         args.parser.error(f"--exec: {error}")
     if not argv:
         args.parser.error("--exec: empty command")
+    syntax = shell_syntax(args.exec_command)
+    if syntax is not None:
+        args.parser.error(
+            f"--exec runs CMD without a shell, and {args.exec_command!r} has shell syntax "
+            f"({syntax}): give --shell to run it with /bin/sh -c"
+        )
     if shutil.which(argv[0]) is None:
         args.parser.error(f"--exec: command not found: {argv[0]!r}")
     args.exec_argv = argv
+
+
+_SHELL_CHARACTERS: Final = {
+    "|": "a pipe '|'",
+    "&": "'&'",
+    ";": "';'",
+    "<": "a redirection '<'",
+    ">": "a redirection '>'",
+    "(": "'('",
+    ")": "')'",
+    "$": "a '$' expansion",
+    "`": "a '`' substitution",
+}
+
+
+def shell_syntax(command: str) -> str | None:
+    """The first character of ``command`` that a shell would take as syntax (a pipe, a
+    redirection, an expansion...) outside quotes, or in double quotes for '$' and '`'; None if
+    splitting it like a shell (``shlex``) and running it without one does the same."""
+    quote = ""
+    escaped = False
+    for char in command:
+        if escaped:
+            escaped = False
+        elif char == "\\" and quote != "'":
+            escaped = True
+        elif quote:
+            if char == quote:
+                quote = ""
+            elif quote == '"' and char in "$`":
+                return _SHELL_CHARACTERS[char]
+        elif char in "'\"":
+            quote = char
+        elif char in _SHELL_CHARACTERS:
+            return _SHELL_CHARACTERS[char]
+    return None
 
 
 async def _worker(args: argparse.Namespace) -> int:
