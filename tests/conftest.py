@@ -77,6 +77,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 )
 
 
+@pytest.fixture(autouse=True)
+def fresh_log_limits(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test starts with the log's rate limits unspent (``domo.eventlog``'s limiters are one
+    per process, and ConnectionClosed's allows one line a minute): a test that waits for a log
+    line must not miss it because an earlier test in the same process used the allowance."""
+    from domo import eventlog
+
+    for name in ("VIOLATIONS", "CHURN", "CLOSES"):
+        limiter = getattr(eventlog, name)
+        fresh = eventlog.ViolationLimiter(limiter.burst, limiter.window)
+        monkeypatch.setattr(eventlog, name, fresh)
+
+
 @pytest.hookimpl(optionalhook=True)  # an xdist hook: pytest without xdist does not know it
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> LoadScopeScheduling | None:
     """``--dist loadgroup``: xdist's load scheduling, with ``GROUPS`` kept together."""

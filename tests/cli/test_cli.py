@@ -431,7 +431,11 @@ async def test_slow_work_is_named_as_such_and_its_repeats_too(
     assert (done.code, done.stdout) == (EXIT_TIMEOUT, "")
     message = done.stderr.strip()
     assert message.startswith(f"domo call: no reply from 'slow' at {endpoint} within 0.3 s")
-    assert "a worker serves 'slow', so the work takes longer than --timeout 0.3 s" in message
+    assert "a worker serves 'slow', yet no reply came: either the work takes longer" in message
+    assert "--timeout 0.3 s" in message
+    # Or the broker gave it up (MDP cannot say so to the client): the message names that too.
+    assert "the broker gave the request up" in message
+    assert "'redispatch-limit'" in message
     assert "(e.g. --timeout 1.2)" in message
     assert "each of the 2 attempts was sent again, so the work may have run 2 times" in message
     assert "is the broker up" not in message

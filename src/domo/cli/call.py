@@ -299,8 +299,12 @@ async def _why_no_reply(args: argparse.Namespace, attempts: int) -> str:
             f"{repeated}"
         )
     return (
-        f"a worker serves {args.service!r}, so the work takes longer than --timeout "
-        f"{args.timeout:g} s: give it more time (e.g. --timeout {args.timeout * 4:g}){repeated}"
+        f"a worker serves {args.service!r}, yet no reply came: either the work takes longer "
+        f"than --timeout {args.timeout:g} s (give it more time, e.g. --timeout "
+        f"{args.timeout * 4:g}), or the broker gave the request up, which MDP cannot tell a "
+        "client: its log says why (RequestDropped; 'redispatch-limit' when its workers keep "
+        "being lost with it, as a worker whose --heartbeat-interval differs from the "
+        f"broker's is){repeated}"
     )
 
 
