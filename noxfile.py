@@ -189,13 +189,22 @@ def conformance(session: nox.Session) -> None:
 @nox.session
 def docs(session: nox.Session) -> None:
     """Build the site in strict mode (any warning fails), run the tutorials' code, and open
-    every page in headless Debian Chromium (installed with apt-get when missing).
+    every page from build/site/ by file:// URLs, as a reader does, in headless Debian Chromium
+    (installed with apt-get when missing, as is npm for the search shim).
 
     Screenshots land in build/site-check/.
     """
     # trace: the operating tutorial reads a broker's --trace-dir with pyarrow; metrics: the API
     # reference of domo.metrics; spark: a `domo report --html` page for the browser check.
     session.install("-e", ".[trace,metrics,spark]", *group("docs"), *group("test"))
+    if shutil.which("npm") is None:
+        # docs/_hooks/offline_search.py takes search's iframe-worker shim from npm (npm pack),
+        # so that the site searches opened from its folder and loads nothing from elsewhere.
+        session.run("apt-get", "update", "-qq", external=True)
+        session.run(
+            "apt-get", "install", "-y", "-qq", "npm", external=True,
+            env={"DEBIAN_FRONTEND": "noninteractive"},
+        )  # fmt: skip
     session.run("mkdocs", "build", "--strict", env={"NO_MKDOCS_2_WARNING": "1"})
     session.run("pytest", "tests/docs", "-q", *session.posargs)
     # The HTML page domo itself produces, checked and screenshotted beside the site's pages

@@ -226,7 +226,9 @@ class BrokerWatch:
     later) or a request. A session that reconnects for "broker-lost" before hearing anything,
     again and again, points at no broker there, or at one whose heartbeat interval is longer than
     the worker's: the worker gives it up after liveness x its own interval, before the broker's
-    first HEARTBEAT is due. That is said once, with what to check.
+    first HEARTBEAT is due. That is said once, with what to check. The mirror case: a broker that
+    sends DISCONNECT and answers the next READY at once had given the worker up, which is what
+    happens to a worker whose interval is longer than the broker's; said once too.
     """
 
     STRIKES: Final = 2  # silent connects in a row before the hint
@@ -242,6 +244,8 @@ class BrokerWatch:
         # silent connects may just mean nothing is there, which the probe says better. True
         # where no probe runs (several endpoints).
         self.peer_there = True
+        self.disconnected = False  # the broker sent DISCONNECT on a connection it had answered
+        self.expiry_hinted = False
         self.on_first_answer: Callable[[], None] = lambda: None
 
     def heard(self) -> None:
@@ -249,6 +253,19 @@ class BrokerWatch:
         self.heard_since_connect = True
         self.silent_connects = 0
         logger.info("connected: the broker at %s answered", self.endpoint)
+        if self.disconnected and not self.expiry_hinted:
+            # A broker that sent DISCONNECT and answers the next READY at once is running: it
+            # had given this worker up. A worker heartbeating less often than the broker
+            # expects is expired between its heartbeats, every time.
+            self.expiry_hinted = True
+            logger.warning(
+                "the broker at %s sent DISCONNECT and took this worker back at once: unless it "
+                "was restarted just now, it had given the worker up, as a broker does one whose "
+                "--heartbeat-interval (here %.3g s) is longer than its own (they must match)",
+                self.endpoint,
+                self.config.heartbeat_interval,
+            )
+        self.disconnected = False
         if not self.answered:
             self.answered = True
             self.on_first_answer()
@@ -256,6 +273,8 @@ class BrokerWatch:
     def on_event(self, event: object) -> None:
         if isinstance(event, WorkerConnected):
             self.heard_since_connect = False
+        elif isinstance(event, ReconnectRequired) and event.reason == "broker-disconnect":
+            self.disconnected = self.heard_since_connect
         elif isinstance(event, ReconnectRequired) and event.reason == "broker-lost":
             if self.heard_since_connect:
                 self.silent_connects = 0
