@@ -256,7 +256,10 @@ class BrokerMetrics:
             self._label(event.service)
             self._gauge(self.workers, event.service, "idle", 1)
         elif isinstance(event, WorkerExpired | WorkerDisconnected):
-            reason = "expired" if isinstance(event, WorkerExpired) else event.reason
+            if isinstance(event, WorkerExpired):  # FAM-09: a busy worker's own timeout
+                reason = "busy-timeout" if event.busy else "expired"
+            else:
+                reason = event.reason
             self.worker_losses.labels(reason).inc()
             state = "busy" if self._holding.pop(event.worker, None) is not None else "idle"
             self._gauge(self.workers, event.service, state, -1)

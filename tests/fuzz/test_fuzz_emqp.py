@@ -22,8 +22,9 @@ import trio
 
 from domo.cli import EXIT_OK, EXIT_USAGE
 from domo.fuzz.emqp import EmqpFuzzResult, fuzz_emqp
-from domo.protocol import BrokerConfig, emqp_bridge
+from domo.protocol import BrokerConfig
 from domo.protocol.dialects.emqp import DISCONNECT, HEARTBEAT, REPLY
+from domo.protocol.layers import emqp as emqp_layer
 from domo.protocol.mdp import BodyFrame, Relayed
 from domo.trio import serve_broker
 
@@ -31,7 +32,7 @@ pytestmark = [pytest.mark.io]
 
 INTERVAL, LIVENESS = 0.1, 3
 CONFIG = BrokerConfig(heartbeat_interval=INTERVAL, liveness=LIVENESS)
-CREDITS = emqp_bridge.credit_cap(CONFIG.pipe_messages)
+CREDITS = emqp_layer.credit_cap(CONFIG.pipe_messages)
 DOMO = [sys.executable, "-m", "domo"]
 
 
@@ -104,48 +105,48 @@ async def run(*args: str) -> tuple[int, str, str]:
 def count_ready_twice(monkeypatch: pytest.MonkeyPatch) -> None:
     """Each READY opens two slots, so a worker gets more requests than it gave credits
     (breaks EMQP-07: a slot does one request)."""
-    on_ready = emqp_bridge.EmqpBridge._on_ready
+    on_ready = emqp_layer.EmqpLayer._on_ready
 
-    def twice(self: emqp_bridge.EmqpBridge, worker: Any, now: float, events: list[Any]) -> None:
+    def twice(self: emqp_layer.EmqpLayer, worker: Any, now: float, events: list[Any]) -> None:
         on_ready(self, worker, now, events)
         on_ready(self, worker, now, events)
 
-    monkeypatch.setattr(emqp_bridge.EmqpBridge, "_on_ready", twice)
+    monkeypatch.setattr(emqp_layer.EmqpLayer, "_on_ready", twice)
 
 
 def drop_receipts(monkeypatch: pytest.MonkeyPatch) -> None:
     """No "submitted" receipt (breaks EMQP-11)."""
-    send = emqp_bridge.EmqpBridge._send
+    send = emqp_layer.EmqpLayer._send
 
     def without_receipts(
-        self: emqp_bridge.EmqpBridge, address: Any, command: bytes, body: Relayed
+        self: emqp_layer.EmqpLayer, address: Any, command: bytes, body: Relayed
     ) -> None:
         if not (command == REPLY and len(body) == 1):
             send(self, address, command, body)
 
-    monkeypatch.setattr(emqp_bridge.EmqpBridge, "_send", without_receipts)
+    monkeypatch.setattr(emqp_layer.EmqpLayer, "_send", without_receipts)
 
 
 def drop_results(monkeypatch: pytest.MonkeyPatch) -> None:
     """A worker's result stops at the broker, as in EventMQ 0.3.13 (breaks EMQP-12); the
     broker's own MMI answers still go out."""
-    encode = emqp_bridge.EmqpBridge.encode
+    encode = emqp_layer.EmqpLayer.encode
 
-    def no_results(self: emqp_bridge.EmqpBridge, key: bytes, route: Any, frames: Relayed) -> Any:
-        out = encode(self, key, route, frames)
+    def no_results(self: emqp_layer.EmqpLayer, key: bytes, route: Any, command: Any) -> Any:
+        out = encode(self, key, route, command)
         mmi = out is not None and out[4] in (b"200", b"404", b"501")
         return None if out is not None and out[2] == REPLY and not mmi else out
 
-    monkeypatch.setattr(emqp_bridge.EmqpBridge, "encode", no_results)
+    monkeypatch.setattr(emqp_layer.EmqpLayer, "encode", no_results)
 
 
 def reroute_to_default(monkeypatch: pytest.MonkeyPatch) -> None:
     """A request for a queue no informed worker lists goes to "default", as in EventMQ 0.3.13
     (breaks EMQP-22)."""
-    on_request = emqp_bridge.EmqpBridge._on_request
+    on_request = emqp_layer.EmqpLayer._on_request
 
     def rerouting(
-        self: emqp_bridge.EmqpBridge,
+        self: emqp_layer.EmqpLayer,
         address: Any,
         message: Sequence[BodyFrame],
         now: float,
@@ -157,31 +158,31 @@ def reroute_to_default(monkeypatch: pytest.MonkeyPatch) -> None:
             message = [*message[:3], b"default", *message[4:]]
         on_request(self, address, message, now, events)
 
-    monkeypatch.setattr(emqp_bridge.EmqpBridge, "_on_request", rerouting)
+    monkeypatch.setattr(emqp_layer.EmqpLayer, "_on_request", rerouting)
 
 
 def silent_refusal(monkeypatch: pytest.MonkeyPatch) -> None:
     """A refused INFORM gets no DISCONNECT (breaks EMQP-04)."""
-    send = emqp_bridge.EmqpBridge._send
+    send = emqp_layer.EmqpLayer._send
 
     def no_disconnect(
-        self: emqp_bridge.EmqpBridge, address: Any, command: bytes, body: Relayed
+        self: emqp_layer.EmqpLayer, address: Any, command: bytes, body: Relayed
     ) -> None:
         if command != DISCONNECT:
             send(self, address, command, body)
 
-    monkeypatch.setattr(emqp_bridge.EmqpBridge, "_send", no_disconnect)
+    monkeypatch.setattr(emqp_layer.EmqpLayer, "_send", no_disconnect)
 
 
 def no_heartbeats(monkeypatch: pytest.MonkeyPatch) -> None:
     """The broker never sends HEARTBEAT (breaks EMQP-15: EventMQ's jobmanager never starts)."""
-    send = emqp_bridge.EmqpBridge._send
+    send = emqp_layer.EmqpLayer._send
 
-    def silent(self: emqp_bridge.EmqpBridge, address: Any, command: bytes, body: Relayed) -> None:
+    def silent(self: emqp_layer.EmqpLayer, address: Any, command: bytes, body: Relayed) -> None:
         if command != HEARTBEAT:
             send(self, address, command, body)
 
-    monkeypatch.setattr(emqp_bridge.EmqpBridge, "_send", silent)
+    monkeypatch.setattr(emqp_layer.EmqpLayer, "_send", silent)
 
 
 PLANTED: dict[str, tuple[Callable[[pytest.MonkeyPatch], None], str, bool]] = {

@@ -119,6 +119,24 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "stops at once (specs/mdp-0.2.md, MDP-D-34; default: stop at once)",
     )
     sub.add_argument(
+        "--busy-worker-timeout",
+        type=_positive_float,
+        default=defaults.busy_worker_timeout,
+        metavar="SECONDS",
+        help="how long a busy worker of a dialect whose workers do not heartbeat while they "
+        "work (majortomo's, RFC 7's) may stay silent before it is taken for dead and its "
+        "request re-dispatched (specs/family.md, FAM-09; default: %(default)s, majortomo's)",
+    )
+    sub.add_argument(
+        "--max-client-requests",
+        type=_count,
+        default=defaults.max_client_requests,
+        metavar="N",
+        help="requests one client may have outstanding at once in a dialect that allows "
+        "several (MDP/0.1 on a DEALER, DCP, eMQP); one more is refused, logged and counted in "
+        "domo_requests_refused (specs/family.md, FAM-07; default: %(default)s)",
+    )
+    sub.add_argument(
         "--trace-dir",
         metavar="DIR",
         help="write one Parquet trace record per request and per worker change into DIR "
@@ -175,7 +193,13 @@ async def _trim_memory() -> None:
         await trio.sleep(TRIM_INTERVAL)
 
 
-_BOUNDS: Final = ("max_message_bytes", "max_held_bytes", "max_peer_bytes", "max_pending_bytes")
+_BOUNDS: Final = (
+    "max_message_bytes",
+    "max_held_bytes",
+    "max_peer_bytes",
+    "max_pending_bytes",
+    "max_client_requests",
+)
 
 
 def _as_options(text: str) -> str:
@@ -196,6 +220,8 @@ async def _broker(args: argparse.Namespace) -> int:
             max_held_bytes=args.max_held_bytes,
             max_peer_bytes=args.max_peer_bytes,
             max_pending_bytes=args.max_pending_bytes,
+            max_client_requests=args.max_client_requests,
+            busy_worker_timeout=args.busy_worker_timeout,
         )
     except ValueError as bad:  # byte bounds that cannot hold the messages they must
         print(f"domo broker: {_as_options(str(bad))}", file=sys.stderr)

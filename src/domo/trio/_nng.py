@@ -356,6 +356,10 @@ class NngConnection:
     def _pipe_gone(self, pipe: bytes) -> None:
         if self._held_per_pipe.get(pipe):
             self._dead_pipes.add(pipe)
+        # The broker hears of it as a message of no frames from the pipe: a busy memo01
+        # worker whose JOB went out on it is gone, and its job goes back at once (MEMO-23).
+        self._inbox.append([pipe])
+        self._arrived.set()
 
     def _spend(self, token: bytes, slot: _Slot) -> None:
         del self._held[token]
