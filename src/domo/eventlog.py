@@ -189,8 +189,9 @@ class _Described:
 def peer_text(peer: object) -> str:
     """A peer id for people: bytes as hex, a (connection, routing id) pair joined by '/'; the
     key the broker knows a peer of another dialect by (``domo.protocol.family.peer_key``) as
-    ``DIALECT CONNECTION/ROUTING-ID``, then ``/HOP`` for each proxy hop of its envelope and
-    ``#KEY`` for a request key, rather than the 60-odd hex digits of the whole key."""
+    ``DIALECT CONNECTION/ROUTING-ID`` (no dialect for MDP/0.2's), then ``/HOP`` for each proxy
+    hop of its envelope and ``#KEY`` for a request key, rather than the 60-odd hex digits of
+    the whole key."""
     if isinstance(peer, bytes | bytearray | memoryview):
         raw = bytes(peer)
         return _family_peer(raw) or raw.hex() or "''"
@@ -216,7 +217,9 @@ def _family_peer(key: bytes) -> str | None:
         return None
     at = named[-1]
     routing_id = parts[0].hex() or "''"
-    text = f"{parts[at].decode()} {connection}/{routing_id}"
+    dialect = parts[at].decode()
+    # MDP/0.2 is what a peer speaks unless said: its peers read as "connection/routing id".
+    text = f"{'' if dialect == Dialect.MDP02.value else dialect + ' '}{connection}/{routing_id}"
     text += "".join(f"/{hop.hex()}" for hop in parts[1:at])
     return text + "".join(f"#{request.hex()}" for request in parts[at + 1 :])
 

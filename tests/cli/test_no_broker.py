@@ -38,7 +38,8 @@ async def test_call_with_nothing_listening_says_so_at_once() -> None:
     done = await run_domo("call", "echo", "hi", "--connect", endpoint)
     assert (done.code, done.stdout) == (EXIT_UNREACHABLE, ""), done
     assert done.stderr == (
-        f"domo call: no broker at {endpoint}: nothing listens there (connection refused): is "
+        f"domo call: cannot reach a broker at {endpoint}: nothing listens there (connection "
+        "refused): is "
         "`domo broker` running, on that port?\n"
     )
     assert done.elapsed < 8.0  # 0.3 s + 1 s of refusals, and a Python start on a loaded machine
@@ -47,7 +48,9 @@ async def test_call_with_nothing_listening_says_so_at_once() -> None:
 async def test_call_to_an_http_server_says_it_is_not_a_broker(http_endpoint: str) -> None:
     done = await run_domo("call", "echo", "hi", "--connect", http_endpoint)
     assert (done.code, done.stdout) == (EXIT_UNREACHABLE, ""), done
-    assert done.stderr.startswith(f"domo call: no broker at {http_endpoint}: something listens")
+    assert done.stderr.startswith(
+        f"domo call: cannot reach a broker at {http_endpoint}: something listens"
+    )
     assert "it is not a ZeroMQ broker (an HTTP server, or another protocol" in done.stderr
     assert done.elapsed < 8.0
 
@@ -58,8 +61,8 @@ async def test_worker_at_an_http_server_never_says_connected(
     worker = await domo("worker", "echo", "--connect", http_endpoint, *QUICK_BEATS)
     first = await worker.line("domo worker:")
     assert first == f"domo worker: waiting for the broker at {http_endpoint}"
-    said = await worker.line("no broker at", "stderr", time_limit=15)
-    assert f"no broker at {http_endpoint} (still trying" in said
+    said = await worker.line("cannot reach a broker at", "stderr", time_limit=15)
+    assert f"cannot reach a broker at {http_endpoint} (still trying" in said
     assert "it is not a ZeroMQ broker (an HTTP server" in said
     stderr = "\n".join(worker.lines("stderr"))
     assert "connected: the broker" not in stderr

@@ -223,7 +223,7 @@ def test_web_app_answers_and_maps_a_timeout_to_504(
     url = app.line(r"^serving on http://127\.0\.0\.1:\d+/$").split()[-1]
     with urllib.request.urlopen(url + "?text=hello", timeout=20) as page:
         assert (page.status, page.read()) == (200, b"HELLO\n")
-    assert worker.stop() == 0
+    assert worker.stop(signal.SIGTERM) == 0  # a requested stop: DISCONNECT, exit 0
     started = time.monotonic()
     with pytest.raises(urllib.error.HTTPError) as failure:
         urllib.request.urlopen(url + "?text=hello", timeout=20)
@@ -475,20 +475,28 @@ def test_majortomo_page_long_requests_claim(
     processes: Callable[..., Process], majortomo_python: str
 ) -> None:
     """from-majortomo.md, "long requests": a majortomo worker busy longer than liveness x
-    interval is taken for dead by domo's broker (it sends no heartbeat while busy); a domo.sync
-    worker with the same handler is not."""
-    argv = ["domo", "broker", "--bind", "tcp://127.0.0.1:0"]
-    broker, endpoint = start_broker(
-        processes, [*argv, "--heartbeat-interval", "0.2", "--liveness", "3"]
-    )
-    call = [DOMO, "call", "slow", "x", "--connect", endpoint, "--timeout", "2", "--retries", "0"]
+    interval (it sends no heartbeat while busy) is served all the same, up to the broker's
+    --busy-worker-timeout (FAM-09); past that, it is taken for dead. A domo.sync worker with the
+    same handler is served either way (it heartbeats while busy)."""
+    argv = ["domo", "broker", "--bind", "tcp://127.0.0.1:0", "--heartbeat-interval", "0.2"]
+    call = ["call", "slow", "x", "--timeout", "3", "--retries", "0"]
+    # The default busy timeout: the 1 s request outlasts liveness x interval (0.6 s), served.
+    broker, endpoint = start_broker(processes, [*argv, "--liveness", "3"])
     majortomo = processes(majortomo_python, "-c", SLOW_MAJORTOMO_WORKER, endpoint)
     wait_for_service(endpoint, "slow")
-    lost = run(*call)
+    served = run(DOMO, *call, "--connect", endpoint)
+    assert (served.returncode, served.stdout) == (0, "x\n"), served
+    majortomo.stop(signal.SIGKILL)
+    broker.stop()
+    # A busy timeout under the request's time: the busy worker is taken for dead.
+    broker, endpoint = start_broker(processes, [*argv, "--busy-worker-timeout", "0.5"])
+    majortomo = processes(majortomo_python, "-c", SLOW_MAJORTOMO_WORKER, endpoint)
+    wait_for_service(endpoint, "slow")
+    lost = run(DOMO, *call, "--connect", endpoint)
     assert lost.returncode == 3, lost
     broker.line("WorkerExpired: .*'slow'", stream="err")
     majortomo.stop(signal.SIGKILL)
     processes(sys.executable, "-c", SLOW_DOMO_WORKER, endpoint)
     wait_for_service(endpoint, "slow")
-    served = run(*call)
+    served = run(DOMO, *call, "--connect", endpoint)
     assert (served.returncode, served.stdout) == (0, "x\n"), served

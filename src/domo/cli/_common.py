@@ -92,8 +92,8 @@ EXIT_CODES: Final[dict[str, list[tuple[int, str]]]] = {
         (EXIT_NOT_FOUND, "mmi.*: the broker answered 404 (no worker for the service) or 501"),
         (
             EXIT_UNREACHABLE,
-            "no broker at the endpoint (nothing listens there, or it does not speak ZeroMQ); "
-            "said within about 1.5 s, as soon as the first reply is late",
+            "cannot reach a broker at the endpoint (nothing listens there, it does not speak "
+            "ZeroMQ, or it refused this peer's CURVE key); said within about 1.5 s",
         ),
         (EXIT_INTERRUPTED, "stopped by SIGINT (Ctrl-C); 143 by SIGTERM"),
     ],

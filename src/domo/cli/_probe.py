@@ -39,9 +39,9 @@ _TERM_WAIT: Final = 2.0  # seconds the probe's context may take to terminate (so
 
 async def probe(endpoint: str, wait: float, curve: CurveClient | None = None) -> str | None:
     """None if a ZeroMQ peer at ``endpoint`` completed the handshake within ``wait`` seconds
-    (with ``curve``'s keys, if given); else what was seen, as a phrase for "no broker at
-    ENDPOINT: ...". A refused connection is watched until ``wait`` is over, in case a broker
-    starts there meanwhile."""
+    (with ``curve``'s keys, if given); else what was seen, as a phrase for "cannot reach a
+    broker at ENDPOINT: ...". A refused connection is watched until ``wait`` is over, in case
+    a broker starts there meanwhile."""
     context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
     seen = 0
     try:

@@ -150,7 +150,10 @@ async def _request(args: argparse.Namespace) -> int:
             if number == 0 and len(endpoints) == 1 and args.repeat == 1:
                 outcome = await _first_request(client, args)
                 if isinstance(outcome, str):
-                    print(f"domo call: no broker at {args.connect}: {outcome}", file=sys.stderr)
+                    print(
+                        f"domo call: cannot reach a broker at {args.connect}: {outcome}",
+                        file=sys.stderr,
+                    )
                     return EXIT_UNREACHABLE
                 code = outcome or code
             else:
@@ -164,6 +167,7 @@ async def _request(args: argparse.Namespace) -> int:
 # for up to PROBE_WAIT seconds of watching.
 PROBE_AFTER: Final = 0.3
 PROBE_WAIT: Final = 1.0
+NOTE_FROM: Final = 2.0  # seconds of --timeout from which "no worker ... yet" is worth a line
 
 
 async def _first_request(client: Client, args: argparse.Namespace) -> int | str:
@@ -179,7 +183,11 @@ async def _first_request(client: Client, args: argparse.Namespace) -> int | str:
         if unreachable is not None:
             outcome = unreachable
             scope.cancel()
-        elif not args.service.startswith("mmi.") and not await _has_worker(args):
+        elif (
+            args.timeout >= NOTE_FROM
+            and not args.service.startswith("mmi.")
+            and not await _has_worker(args)
+        ):
             print(
                 f"domo call: no worker serves {args.service!r} at {args.connect} yet; the "
                 f"request waits for one in the broker's queue (resent after --timeout "

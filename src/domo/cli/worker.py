@@ -191,7 +191,7 @@ async def _worker(args: argparse.Namespace) -> int:
         watch.peer_there = found is None  # only then can silent connects mean more
         if found is not None and not watch.answered:
             logger.warning(
-                "no broker at %s (still trying: it serves once a broker answers there): %s",
+                "cannot reach a broker at %s (still trying: it serves once one answers there): %s",
                 args.connect,
                 found,
             )
