@@ -183,8 +183,9 @@ async def _worker(args: argparse.Namespace) -> int:
     watch.on_first_answer = say_serving
 
     async def look_underneath() -> None:
-        """No answer soon after start: say what is (not) at the endpoint (domo.cli._probe)."""
-        await trio.sleep(PROBE_AFTER)
+        """The first connection given up before the broker ever answered: say what is (not) at
+        the endpoint (domo.cli._probe)."""
+        await watch.silent.wait()
         if watch.answered:
             return
         found = await probe(args.connect, PROBE_WAIT, args.curve)
@@ -244,6 +245,7 @@ class BrokerWatch:
         # silent connects may just mean nothing is there, which the probe says better. True
         # where no probe runs (several endpoints).
         self.peer_there = True
+        self.silent = trio.Event()  # a connection given up, never answered: time to look
         self.disconnected = False  # the broker sent DISCONNECT on a connection it had answered
         self.expiry_hinted = False
         self.on_first_answer: Callable[[], None] = lambda: None
@@ -280,6 +282,7 @@ class BrokerWatch:
                 self.silent_connects = 0
                 return
             self.silent_connects += 1
+            self.silent.set()  # look_underneath, once
             # A broker heard before has an interval that fits (its HEARTBEAT came in time):
             # losing it later has other causes (it stopped, or a large body held the line).
             if (
@@ -302,10 +305,10 @@ class BrokerWatch:
                 )
 
 
-# The look underneath when the broker is slow to answer at start (domo.cli._probe): after
-# PROBE_AFTER seconds without an answer (a broker's first HEARTBEAT comes one interval after
-# READY; a probe needs no wait for it), watching for up to PROBE_WAIT seconds.
-PROBE_AFTER: Final = 1.0
+# The look underneath when the broker never answered (domo.cli._probe): once the first
+# connection is given up for silence (liveness x interval after READY: a broker would have sent
+# its first HEARTBEAT by then; not sooner, so that a peer playing the broker, as domo fuzz
+# does, sees no extra connection while it takes its time), watching for up to PROBE_WAIT s.
 PROBE_WAIT: Final = 2.0
 
 
