@@ -44,9 +44,10 @@ def tests(session: nox.Session) -> None:
     trace: pyarrow, for tests/trace; spark: pyspark and the rest, for tests/spark (a local Spark
     on the machine's Java 17; those tests skip with the reason where pyspark is missing);
     metrics: prometheus-client, for tests/test_metrics.py; nng: pynng and cbor2, for memo01
-    (tests/protocol/test_memo01*.py, tests/nng).
+    (tests/protocol/test_memo01*.py, tests/nng); uvloop: domo.asyncio on uvloop's loop
+    (tests/runtimes/test_uvloop.py).
     """
-    session.install("-e", ".[trace,spark,metrics,nng]", *group("test"))
+    session.install("-e", ".[trace,spark,metrics,nng,uvloop]", *group("test"))
     session.run("pytest", *session.posargs)
 
 
