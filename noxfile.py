@@ -42,12 +42,14 @@ def tests(session: nox.Session) -> None:
     """The whole test suite (Hypothesis profile ``ci`` when CI is set).
 
     trace: pyarrow, for tests/trace; spark: pyspark and the rest, for tests/spark (a local Spark
-    on the machine's Java 17; those tests skip with the reason where pyspark is missing);
+    on the machine's Java 17, a standalone cluster and a Spark Connect server started from
+    pyspark's own scripts; those tests skip with the reason where pyspark is missing);
+    connect: the Spark Connect client (gRPC), for tests/spark/test_connect.py;
     metrics: prometheus-client, for tests/test_metrics.py; nng: pynng and cbor2, for memo01
     (tests/protocol/test_memo01*.py, tests/nng); uvloop: domo.asyncio on uvloop's loop
     (tests/runtimes/test_uvloop.py).
     """
-    session.install("-e", ".[trace,spark,metrics,nng,uvloop]", *group("test"))
+    session.install("-e", ".[trace,spark,connect,metrics,nng,uvloop]", *group("test"))
     session.run("pytest", *session.posargs)
 
 

@@ -133,8 +133,9 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         default=defaults.max_client_requests,
         metavar="N",
         help="requests one client may have outstanding at once in a dialect that allows "
-        "several (MDP/0.1 on a DEALER, DCP, eMQP); one more is refused, logged and counted in "
-        "domo_requests_refused (specs/family.md, FAM-07; default: %(default)s)",
+        "several (MDP/0.1 on a DEALER, DCP, eMQP; memo01: one NNG connection, its workers "
+        "included); one more is refused, logged and counted in domo_requests_refused "
+        "(specs/family.md, FAM-07; default: %(default)s)",
     )
     sub.add_argument(
         "--trace-dir",
