@@ -38,6 +38,8 @@ def test_auth_no_keyless_peer_of_any_dialect_is_served() -> None:
         assert result[f"{who}_served"] is False, result
         assert result[f"{who}_worker_got_body"] is False, result
     assert result["tls_claims_ok"], result
+    assert result["tls_reload_admits_the_new"], result  # SIGHUP re-read the certificates
+    assert result["tls_reload_shuts_the_old_out"], result
     assert result["ok"]
 
 
