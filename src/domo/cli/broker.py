@@ -57,6 +57,7 @@ from ._common import (
     _count,
     _endpoint,
     _graceful_stop,
+    _metrics_missing,
     _positive_float,
     _subcommand,
     logger,
@@ -255,15 +256,10 @@ async def _broker(args: argparse.Namespace) -> int:
     )
     print(f"domo broker: {open_files.budget.describe()}", flush=True)
     if args.metrics is not None:
-        try:
-            from domo.metrics import BrokerMetrics, serve_metrics
-        except ImportError:
-            print(
-                "domo broker: --metrics needs prometheus-client: pip install '.[metrics]' in "
-                "domo's source directory",
-                file=sys.stderr,
-            )
+        if _metrics_missing("domo broker: --metrics"):
             return EXIT_USAGE
+        from domo.metrics import BrokerMetrics, serve_metrics
+
         metrics = BrokerMetrics(config)
         if pair is not None:
             _pair.pair_metrics(metrics.registry, pair)
