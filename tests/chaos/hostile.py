@@ -163,6 +163,8 @@ def probe_auth(long: bool = False) -> Result:
         and not result.get("tls_unlisted_served", True)
         and not result.get("tls_keyless_worker_got_body", True)
         and result.get("tls_claims_ok") is True
+        and result.get("tls_reload_admits_the_new") is True
+        and result.get("tls_reload_shuts_the_old_out") is True
     )
     return result
 
@@ -275,6 +277,20 @@ def _tls_probe(keys: Path, curve: list[str], client_curve: dict[str, bytes]) -> 
             _until(lambda: "serves 'secret'" in process.text(), 5.0)
             served = memo_call(url, "secret", b"listed", 5.0, tls_config=tls_client(keys, "alice"))
             out["tls_listed_served"] = served == b"listed"
+        finally:
+            worker.close()
+        # SIGHUP re-reads the allow-list: mallory in, alice out, from the next connection on.
+        (keys / "peers.crt").write_text((keys / "mallory.crt").read_text())
+        process.signal(signal.SIGHUP)
+        _until(lambda: "NNG TLS allow-list reloaded" in process.text(), 5.0)
+        worker = MemoWorker(url, ["secret"], tls_config=tls_client(keys, "mallory"))
+        worker.start()
+        try:
+            _until(lambda: process.text().count("serves 'secret'") >= 2, 5.0)
+            served = memo_call(url, "secret", b"now", 5.0, tls_config=tls_client(keys, "mallory"))
+            out["tls_reload_admits_the_new"] = served == b"now"
+            gone = memo_call(url, "secret", b"gone", 1.0, tls_config=tls_client(keys, "alice"))
+            out["tls_reload_shuts_the_old_out"] = gone is None
         finally:
             worker.close()
     return out

@@ -26,6 +26,7 @@ from domo.protocol.events import (
     RequestRefused,
 )
 from domo.protocol.memo01 import Memo01Broker
+from domo.runtime.pumping import EAGAIN, EHOSTUNREACH, SENT
 from domo.trio import serve_broker
 from domo.trio._nng import BACKTRACE_ROOM, MEMO_HEADER_ROOM, NngConnection
 
@@ -301,3 +302,32 @@ def test_memo_24_one_connection_offers_at_most_max_seats_services() -> None:
     (first,) = [i for i, s in broker.memo_workers().items() if s[0] == "s1-000"]
     broker.receive(b"\x00" * 16, [encode(MessageType.DISCONNECT, first)], 0.1, connection=1)
     assert sum(isinstance(e, WorkerRegistered) for e in ready(a, 5, 256)) == 256  # freed
+
+
+async def test_replies_waiting_for_a_connection_are_bounded_in_bytes(tmp_path: Path) -> None:
+    """MDP-D-27 and MDP-D-30 on NNG: a reply that would take the bytes waiting for its
+    connection (or for all) over the bound is not sent; its request is released and ``send``
+    answers EAGAIN, so the core takes its peer for congested (MDP-D-15). Before, replies for a
+    peer that did not read waited in the context tasks, up to ``hwm`` of them, any size."""
+    url = f"ipc://{tmp_path}/w.ipc"
+    conn = NngConnection(f"nng+{url}", initial=2, max_peer_bytes=1000, max_pending_bytes=1500)
+    with trio.fail_after(20):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(conn.serve)
+            with pynng.Req0(dial=url, resend_time=-1) as req:
+                first, second = req.new_context(), req.new_context()
+                await first.asend(b"small reply")
+                await second.asend(b"large reply")
+                messages = await received(conn, 2)
+                tokens = {body: token for token, body in messages}
+                assert conn.send([tokens[b"large reply"], b"x" * 1001]) == EAGAIN
+                assert conn.send([tokens[b"large reply"]]) == EHOSTUNREACH  # released already
+                assert conn.send([tokens[b"small reply"], b"y" * 1000]) == SENT  # just fits
+                assert await first.arecv() == b"y" * 1000
+                for _ in range(10):
+                    await trio.sleep(0.01)  # the context task is done with it
+                assert (conn._waiting_total, conn._waiting_bytes) == (0, {})
+                first.close()
+                second.close()
+            nursery.cancel_scope.cancel()
+    conn.close(0)

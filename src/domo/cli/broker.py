@@ -74,7 +74,8 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "times for several), for clients and workers alike; a client on one endpoint is served "
         "by workers on any. Prints each bound endpoint on stdout ('domo broker: listening on "
         "ENDPOINT'), then logs workers coming and going on stderr. SIGINT or SIGTERM stops it: "
-        "every worker is sent DISCONNECT, and it exits 0. SIGHUP re-reads the allow-lists (or, "
+        "every worker is sent DISCONNECT, and it exits 0 (with --drain, SIGTERM lets the requests "
+        "in flight finish first). SIGHUP re-reads the allow-lists (or, "
         "without any, is logged) and never stops it.",
         _broker,
         "info",

@@ -137,12 +137,13 @@ def _send_within(context: pynng.Context, data: bytes, timeout_ms: int) -> int:
 class _Slot:
     """One context of the pool and the request it holds, if any."""
 
-    __slots__ = ("context", "decided", "reply")
+    __slots__ = ("context", "decided", "pipe", "reply")
 
     def __init__(self, context: pynng.Context) -> None:
         self.context = context
         self.decided = trio.Event()
         self.reply: bytes | None = None  # to be sent by the context's task
+        self.pipe = b""  # the pipe the reply goes to
 
 
 class NngConnection:
@@ -160,6 +161,8 @@ class NngConnection:
         per_pipe: int = 1000,
         on_event: Callable[[list[BrokerEvent]], None] | None = None,
         held_bytes: Callable[[], int] = lambda: 0,
+        max_peer_bytes: int = 2**62,
+        max_pending_bytes: int = 2**62,
     ) -> None:
         """``max_message_bytes``: the longest body taken in (NNG closes the connection of a
         peer that sends more, with room for the header). ``tls``: required for, and only for,
@@ -168,7 +171,10 @@ class NngConnection:
         ``on_event``: told of each connection that closes (``ConnectionClosed``, MDP-D-31: by
         its peer, or by NNG for a message over the bound, which NNG does not tell apart) and of
         each request refused over ``per_pipe`` (``RequestRefused``, FAM-07, with
-        ``held_bytes()`` as the bytes the broker held then)."""
+        ``held_bytes()`` as the bytes the broker held then). ``max_peer_bytes``,
+        ``max_pending_bytes``: the reply bytes that may wait for one connection and for all of
+        them (MDP-D-27, MDP-D-30); a reply over either is not sent, its request released, and
+        ``send`` answers EAGAIN (its peer is congested, MDP-D-15)."""
         self.endpoint = endpoint
         if is_tls(endpoint) != (tls is not None):
             raise ValueError(
@@ -178,6 +184,10 @@ class NngConnection:
         self._tls = tls
         self._on_event = on_event
         self._held_bytes = held_bytes
+        self._max_peer_bytes = max_peer_bytes
+        self._max_pending_bytes = max_pending_bytes
+        self._waiting_bytes: dict[bytes, int] = {}  # pipe -> reply bytes its tasks still send
+        self._waiting_total = 0
         self._per_pipe = per_pipe
         self.refused = 0  # requests released for being over ``per_pipe``
         self._socket = pynng.Rep0()
@@ -307,8 +317,18 @@ class NngConnection:
                     logger.debug("memo01 reply not sent: %s", error)
                 finally:
                     self._sending -= 1
+                    self._sent_or_gone(slot.pipe, len(reply))
                     reply = None  # nor is a reply kept while the slot waits for its next request
             # A new receive on this context drops a request it holds unanswered (a release).
+
+    def _sent_or_gone(self, pipe: bytes, size: int) -> None:
+        """A reply of ``size`` bytes to ``pipe`` no longer waits: written, or its pipe gone."""
+        self._waiting_total -= size
+        left = self._waiting_bytes.get(pipe, 0) - size
+        if left > 0:
+            self._waiting_bytes[pipe] = left
+        else:
+            self._waiting_bytes.pop(pipe, None)
 
     def _refuse_over_cap(self, pipe: bytes, held: int, data: bytes) -> None:
         """A connection already has ``per_pipe`` requests held (workers waiting, jobs in
@@ -409,13 +429,27 @@ class NngConnection:
             data = bytes(frames[1])
             if self._sending >= self._hwm:
                 return EAGAIN  # keep the token: the core decides (MDP-D-15)
+            pipe = token[:8]
+            waiting = self._waiting_bytes.get(pipe, 0) + len(data)
+            if waiting > self._max_peer_bytes or (
+                self._waiting_total + len(data) > self._max_pending_bytes
+            ):
+                # MDP-D-27 and MDP-D-30 for NNG: the replies waiting for a peer that does not
+                # read are bounded in bytes, per connection and all together, as ZeroMQ's pipes
+                # are. The request is released (a reply cannot wait for room here) and the core
+                # told its peer is congested: a client's request is dropped (MDP-D-15, MDP-D-29).
+                self._spend(token, slot)
+                return EAGAIN
             if not self._serving:  # shutting down: no task will send it; a short wait
                 _send_within(slot.context, data, _SHUTDOWN_WAIT_MS)
             else:
                 # Its context task sends it: a rep0 send that fails (a busy pipe, with no wait
                 # allowed) also drops the request it answers, so there is no "try now".
                 slot.reply = data
+                slot.pipe = pipe
                 self._sending += 1
+                self._waiting_bytes[pipe] = waiting
+                self._waiting_total += len(data)
         self._spend(token, slot)
         return SENT
 

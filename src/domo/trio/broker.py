@@ -241,6 +241,8 @@ async def serve_broker(
                     per_pipe=limits.max_client_requests,  # FAM-07: memo01's client is its pipe
                     on_event=emit,
                     held_bytes=broker.core.held_bytes,
+                    max_peer_bytes=limits.max_peer_bytes,  # MDP-D-27, per NNG connection
+                    max_pending_bytes=limits.max_pending_bytes,  # MDP-D-30
                 )
                 conns.append(nng_conn)
                 nng_conns.append(nng_conn)
