@@ -95,13 +95,18 @@ def chaos(session: nox.Session) -> None:
     """The chaos harness's long form: 10,000 requests while workers are SIGKILLed every ~0.5 s
     and the broker is SIGKILLed and restarted; 0 lost, 0 duplicated; then an honest client under a
     garbage flood from two processes (about 1,000,000 junk messages), and beside one client, then
-    four, that never read their 1 MiB replies (docs/reliability.md).
+    four, that never read their 1 MiB replies; 10,000 durable requests (Titanic) under SIGKILLs
+    and a Binary Star pair killed and stopped (docs/reliability.md).
     Options after ``--`` go to tests/chaos/harness.py (``--requests N``, ``--seed N``, ...)."""
     session.install("-e", ".", *group("test"))
     session.run("python", "tests/chaos/harness.py", "--requests", "10000", *session.posargs)
     session.run("python", "tests/chaos/flood.py", "--seconds", "20", "--flooders", "2")
     session.run("python", "tests/chaos/slow_reader.py", "--seconds", "10")
     session.run("python", "tests/chaos/slow_reader.py", "--seconds", "10", "--readers", "4")
+    # Durable requests (issue 26): 10,000 through Titanic while broker, Titanic and workers are
+    # SIGKILLed; a Binary Star pair's primary SIGKILLed, then SIGSTOPped (docs/reliability.md).
+    session.run("python", "tests/chaos/titanic_chaos.py", "--requests", "10000")
+    session.run("python", "tests/chaos/binary_star.py", "--requests", "1000")
 
 
 @nox.session

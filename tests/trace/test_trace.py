@@ -249,7 +249,7 @@ def test_every_event_of_a_request_lands_in_its_record(tmp_path: Path) -> None:
         recorder.on_event(event)
     stats = recorder.close()
     assert (stats.recorded, stats.written, stats.dropped, stats.lost) == (3, 3, 0, 0)
-    shared = {"client": b"c", "dialect": None, "wall_anchor": 100.0, "rule": None}
+    shared = {"client": b"c", "dialect": None, "wall_anchor": 100.0}
     assert read(tmp_path, "requests") == [
         {
             **shared,
@@ -268,6 +268,7 @@ def test_every_event_of_a_request_lands_in_its_record(tmp_path: Path) -> None:
             "partials": 2,
             "partial_bytes": 10,
             "drop_reason": None,
+            "rule": None,
         },
         {
             **shared,
@@ -286,6 +287,7 @@ def test_every_event_of_a_request_lands_in_its_record(tmp_path: Path) -> None:
             "partials": 0,
             "partial_bytes": 0,
             "drop_reason": None,
+            "rule": None,
         },
         {
             **shared,
@@ -304,6 +306,7 @@ def test_every_event_of_a_request_lands_in_its_record(tmp_path: Path) -> None:
             "partials": 0,
             "partial_bytes": 0,
             "drop_reason": "client-unreachable",
+            "rule": "MDP-D-24",
         },
     ]
 

@@ -526,12 +526,13 @@ class Memo01Broker(FamilyBroker):
         kind, ident = claimed_sender(data)
         worker = self._workers.get(ident) if ident else None
         is_worker = kind in (MessageType.RESULT, MessageType.HEARTBEAT, MessageType.READY)
+        # The peer to blame is the worker it claims to be, else the NNG pipe it came on: never
+        # None, which a broker's log reads as the broker itself (issue 27, finding 8).
+        culprit = ident or _pipe(token)
         if is_worker:
-            violation = ProtocolViolation(
-                ident or None, error.rule, str(error), "disconnected", now
-            )
+            violation = ProtocolViolation(culprit, error.rule, str(error), "disconnected", now)
         else:
-            violation = ProtocolViolation(ident or None, error.rule, str(error), "dropped", now)
+            violation = ProtocolViolation(culprit, error.rule, str(error), "dropped", now)
         events.append(violation)
         if worker is not None and worker.connection == connection:
             self._release_held(worker)

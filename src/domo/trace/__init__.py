@@ -124,7 +124,7 @@ def _schemas() -> tuple[Any, Any]:
 
 
 # The columns of the schema that a row tuple carries, in its order; the others are the same for
-# every record of a recorder (wall_anchor, rule) and are made once per batch.
+# every record of a recorder (wall_anchor) and are made once per batch.
 _REQUEST_ROW: Final = (
     "request_id",
     "service",
@@ -143,6 +143,7 @@ _REQUEST_ROW: Final = (
     "partial_bytes",
     "drop_reason",
     "dialect",
+    "rule",
 )
 _WORKER_ROW: Final = ("worker", "service", "change", "reason", "at")
 
@@ -240,7 +241,7 @@ class TraceRecorder:
                 self._requests,
                 requests,
                 _REQUEST_ROW,
-                {"wall_anchor": wall_anchor, "rule": None},
+                {"wall_anchor": wall_anchor},
             ),
             "workers": (self._workers, workers, _WORKER_ROW, {"wall_anchor": wall_anchor}),
         }
@@ -257,13 +258,9 @@ class TraceRecorder:
         import pyarrow as pa
         import pyarrow.parquet as pq
 
-        sample = {
-            "requests": (
-                *(0, "", b"", (b"",), 0.0, (0.0,), (0.0,), None, 0.0, "", 0, 0, 0, 0, 0, ""),
-                "",
-            ),
-            "workers": (b"", "", "", None, 0.0),
-        }
+        # one record of each kind, its values in the order of _REQUEST_ROW and _WORKER_ROW
+        request = (0, "", b"", (b"",), 0.0, (0.0,), (0.0,), None, 0.0, "", 0, 0, 0, 0, 0, "")
+        sample = {"requests": (*request, "", ""), "workers": (b"", "", "", None, 0.0)}
         for kind, (_, schema, carried, constant) in self._kinds.items():
             with pq.ParquetWriter(pa.BufferOutputStream(), schema) as writer:
                 writer.write_table(_table(schema, carried, constant, [sample[kind]]))
@@ -292,7 +289,7 @@ class TraceRecorder:
         match event:
             case RequestCompleted():
                 self._finish(
-                    event.request_id, event.at, "completed", event.size, event.partials, None
+                    event.request_id, event.at, "completed", event.size, event.partials, None, None
                 )
             case RequestRedispatched():
                 if event.request_id in self._open:
@@ -304,9 +301,11 @@ class TraceRecorder:
                         extra[0] = event.at
                     extra[1] += event.size
             case RequestExpired():
-                self._finish(event.request_id, event.at, "expired", None, 0, None)
+                self._finish(event.request_id, event.at, "expired", None, 0, None, None)
             case RequestDropped():
-                self._finish(event.request_id, event.at, "dropped", None, 0, event.reason)
+                self._finish(
+                    event.request_id, event.at, "dropped", None, 0, event.reason, event.rule
+                )
             case WorkerRegistered():
                 self._worker(event.worker, event.service, "registered", None, event.at)
             case WorkerExpired():
@@ -338,6 +337,7 @@ class TraceRecorder:
         reply_size: int | None,
         partials: int,
         drop_reason: str | None,
+        rule: str | None,
     ) -> None:
         held = self._open.pop(request_id, None)
         if held is None:
@@ -392,6 +392,7 @@ class TraceRecorder:
                 partial_bytes,
                 drop_reason,
                 dialect,
+                rule,
             )
         )
         if len(rows) == self._wake_at:

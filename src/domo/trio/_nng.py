@@ -15,6 +15,13 @@ starts at ``initial`` contexts and doubles while fewer than a quarter are free t
 when the pipe takes it; while ``hwm`` replies wait so, ``send`` answers ``EAGAIN`` (the core
 treats it as ZeroMQ's, MDP-D-15).
 
+Bounds and authentication: NNG takes in no message longer than the broker's
+``max_message_bytes`` plus room for the longest memo01 header (``MEMO_HEADER_ROOM``) and req0's
+backtrace; a peer that
+sends one has its connection closed before the broker holds it (as ZeroMQ's ``ZMQ_MAXMSGSIZE``,
+MDP-D-25). ``nng+tls+tcp://`` endpoints speak NNG's TLS transport with client certificates
+required, from a ``domo.curve.NngTls`` (CURVE, being ZeroMQ's, does not reach this socket).
+
 Needs the ``nng`` extra (pynng); ``domo.trio`` imports this module only for an ``nng+`` endpoint.
 """
 
@@ -32,10 +39,20 @@ import pynng
 import trio
 from pynng import _nng
 
+from domo.curve import CurveError, NngTls
 from domo.protocol.mdp import BodyFrame
 from domo.runtime.pumping import EAGAIN, EHOSTUNREACH, SENT
 
-__all__ = ["NNG_SCHEME", "NngConnection", "is_nng", "nng_url"]
+__all__ = [
+    "BACKTRACE_ROOM",
+    "MEMO_HEADER_ROOM",
+    "NNG_SCHEME",
+    "NngConnection",
+    "is_nng",
+    "is_tls",
+    "nng_url",
+    "tls_server_config",
+]
 
 logger = logging.getLogger("domo.transport")
 
@@ -43,6 +60,13 @@ NNG_SCHEME: Final = "nng+"  # nng+tcp://host:port, nng+ipc:///path: memo01 on NN
 _lib: Any = _nng.lib
 _ffi: Any = _nng.ffi
 _SHUTDOWN_WAIT_MS: Final = 100  # a last reply (DISCONNECT) may wait this long at shutdown
+# The longest memo01 header (MEMO-03: a READY of 256 names of 255 bytes, each with a 2-byte CBOR
+# length; the array's own bytes and the rest of the header in the 1 KiB): an NNG message may be
+# this much longer than max_message_bytes, which bounds bodies (MDP-D-25).
+MEMO_HEADER_ROOM: Final = 256 * (255 + 2) + 1024
+# What NNG counts against its receive size besides: req0's backtrace, 4 bytes a hop (8 hops).
+BACKTRACE_ROOM: Final = 32
+TLS_SCHEME: Final = "tls+tcp://"
 
 
 def is_nng(endpoint: str) -> bool:
@@ -53,6 +77,28 @@ def is_nng(endpoint: str) -> bool:
 def nng_url(endpoint: str) -> str:
     """The NNG URL of an ``nng+`` endpoint."""
     return endpoint[len(NNG_SCHEME) :]
+
+
+def is_tls(endpoint: str) -> bool:
+    """Whether ``endpoint`` is an NNG TLS endpoint (``nng+tls+tcp://...``)."""
+    return is_nng(endpoint) and nng_url(endpoint).startswith(TLS_SCHEME)
+
+
+def tls_server_config(tls: NngTls) -> pynng.TLSConfig:
+    """NNG's server-side TLS settings from ``tls``: client certificates required, checked
+    against its allow-list; ``CurveError`` if NNG cannot use the files."""
+    try:
+        return pynng.TLSConfig(
+            pynng.TLSConfig.MODE_SERVER,
+            cert_key_file=str(tls.cert_file),
+            ca_string=tls.allowed,
+            auth_mode=pynng.TLSConfig.AUTH_MODE_REQUIRED,
+        )
+    except pynng.NNGException as error:
+        raise CurveError(
+            f"NNG's TLS cannot use {tls.cert_file} and {tls.allow_file}: {error} (a PEM "
+            "certificate and its key in the first, PEM certificates in the second)"
+        ) from None
 
 
 def _send_within(context: pynng.Context, data: bytes, timeout_ms: int) -> int:
@@ -94,15 +140,38 @@ class NngConnection:
     """A bound rep0 socket driven as a broker connection; see the module docstring."""
 
     def __init__(
-        self, endpoint: str, *, hwm: int = 10_000, initial: int = 16, limit: int = 10_000
+        self,
+        endpoint: str,
+        *,
+        hwm: int = 10_000,
+        initial: int = 16,
+        limit: int = 10_000,
+        max_message_bytes: int | None = None,
+        tls: NngTls | None = None,
     ) -> None:
+        """``max_message_bytes``: the longest body taken in (NNG closes the connection of a
+        peer that sends more, with room for the header). ``tls``: required for, and only for,
+        an ``nng+tls+tcp://`` endpoint."""
         self.endpoint = endpoint
+        if is_tls(endpoint) != (tls is not None):
+            raise ValueError(
+                f"{endpoint}: an nng+tls+tcp:// endpoint needs TLS settings (domo.curve.NngTls), "
+                "and only such an endpoint takes them"
+            )
+        self._tls = tls
         self._socket = pynng.Rep0()
         try:
+            if max_message_bytes is not None:
+                self._socket.recv_max_size = max_message_bytes + MEMO_HEADER_ROOM + BACKTRACE_ROOM
+            if tls is not None:
+                self._socket.tls_config = tls_server_config(tls)
             self._listener = self._socket.listen(nng_url(endpoint))
         except BaseException:
             self._socket.close()
             raise
+        self._address = nng_url(self.bound())  # where a TLS reload listens again
+        if tls is not None:
+            tls.subscribe(self.reload_tls)
         self._hwm = hwm
         self._initial = initial
         self._limit = limit
@@ -123,11 +192,37 @@ class NngConnection:
         self._trio_token: trio.lowlevel.TrioToken | None = None
         self._socket.add_post_pipe_remove_cb(self._on_pipe_removed)
 
+    def reload_tls(self) -> bool:
+        """Re-open the listener with ``tls``'s files as they are now (after ``NngTls.reload``).
+
+        NNG fixes a listener's TLS settings when it starts, so the listener is closed and a new
+        one opened on the same address: its connections close too, and the peers the new
+        allow-list admits reconnect (NNG's dialers retry); a removed certificate is shut out at
+        once. Returns False, with the old settings kept, if the new ones cannot be used.
+        """
+        assert self._tls is not None
+        try:
+            config = tls_server_config(self._tls)
+        except CurveError as error:
+            logger.error(
+                "NNG TLS not reloaded on %s, the previous settings stay: %s", self.endpoint, error
+            )
+            return False
+        address = self._address
+        self._listener.close()
+        self._socket.tls_config = config
+        try:
+            self._listener = self._socket.listen(address)
+        except pynng.NNGException as error:
+            logger.error("%s could not listen again after a TLS reload: %s", self.endpoint, error)
+            return False
+        return True
+
     def bound(self) -> str:
         """The endpoint as bound (a tcp port 0 resolved)."""
         url = nng_url(self.endpoint)
-        if url.startswith("tcp://") and url.rsplit(":", 1)[-1] == "0":
-            # pynng gives the port as NNG keeps it, in network byte order (nng_sockaddr_in).
+        if url.startswith(("tcp://", TLS_SCHEME)) and url.rsplit(":", 1)[-1] == "0":
+            # pynng gives the port as NNG keeps it, in network byte order
             port = socket.ntohs(self._listener.local_address.port)
             return f"{NNG_SCHEME}{url.rsplit(':', 1)[0]}:{port}"
         return self.endpoint
@@ -250,6 +345,8 @@ class NngConnection:
         return SENT
 
     def close(self, linger: float) -> None:
+        if self._tls is not None:
+            self._tls.unsubscribe(self.reload_tls)
         if self._scope is not None:
             self._scope.cancel()
         for slot in self._slots:
