@@ -217,6 +217,8 @@ class EmqpLayer:
     def follow(self, events: list[BrokerEvent], start: int = 0) -> None:
         """React to what the core did (appending what that makes it do): a slot handed a
         request, a slot or a request gone."""
+        if not self._slots and not self._asked:
+            return  # no eMQP peer: nothing to follow
         at = start
         while at < len(events):
             event = events[at]
