@@ -83,9 +83,18 @@ def _broker_with_workers(count: int) -> Broker:
 # --- broker -----------------------------------------------------------------------------------
 
 
-DIALECT_CLIENTS = {  # a dialect's client REQUEST for a service, and its reply's command frame
-    "mdp01": (lambda service: [b"", b"MDPC01", service, *BODY], 1, b"MDPC01"),
-    "dcp": (lambda service: [b"", b"DGBX\x01", b"\x04", service, b"", b"", *BODY], 2, b"\x05"),
+def _mdp01_request(service: bytes) -> list[bytes]:
+    return [b"", b"MDPC01", service, *BODY]
+
+
+def _dcp_request(service: bytes) -> list[bytes]:
+    return [b"", b"DGBX\x01", b"\x04", service, b"", b"", *BODY]  # no address, no metadata
+
+
+# A dialect's client REQUEST for a service, where its reply's command frame is, and what it is.
+DIALECT_CLIENTS: dict[str, tuple[Callable[[bytes], list[bytes]], int, bytes]] = {
+    "mdp01": (_mdp01_request, 1, b"MDPC01"),
+    "dcp": (_dcp_request, 2, b"\x05"),
 }
 
 
