@@ -27,13 +27,13 @@ from typing import Any
 
 import zmq
 
-from domo.curve import CurveServer, ZapHandler
+from domo.curve import CurveServer, NngTls, ZapHandler
 from domo.endpoints import check_endpoint
 from domo.protocol import BrokerConfig
 from domo.protocol.events import BrokerEvent
 from domo.runtime import flush_router
 from domo.runtime.pumping import RoutedOutbox
-from domo.runtime.serving import BrokerService
+from domo.runtime.serving import Admit, BrokerService
 
 from ._socket import AsyncConnection
 
@@ -53,14 +53,20 @@ async def serve_broker(
     hwm: int = 10_000,
     linger: float = 0.5,
     curve: CurveServer | None = None,
+    admit: Admit | None = None,
+    nng_tls: NngTls | None = None,
     started: asyncio.Future[list[str]] | None = None,
 ) -> None:
     """Serve MDP/0.2 on ``endpoints`` until cancelled; ``started`` gets the endpoints as bound.
 
     The other arguments are ``domo.trio.serve_broker``'s: ``trace_dir`` writes request traces
     there (``domo.trace``, needs pyarrow; docs/traces.md); ``curve`` requires CURVE, with a
-    ZAP handler (a thread) admitting the keys of its allow-list (docs/security.md).
+    ZAP handler (a thread) admitting the keys of its allow-list (docs/security.md); ``admit``
+    is a gate before the core (``domo.runtime.serving.Admit``). NNG endpoints (memo01) are
+    ``domo.trio``'s alone: ``nng_tls`` is taken for the same signature and must be None.
     """
+    if nng_tls is not None:
+        raise ValueError("domo.asyncio serves no NNG endpoint: nng_tls is domo.trio's")
     for endpoint in endpoints:
         check_endpoint(endpoint, bind=True)  # before libzmq takes a wrapped port
     loop = asyncio.get_running_loop()
@@ -69,6 +75,7 @@ async def serve_broker(
         config,
         on_event=on_event,
         trace_dir=trace_dir,
+        admit=admit,
         wall_offset=time.time() - loop.time(),
         logger=logger,
     )

@@ -298,7 +298,7 @@ class FamilyBroker:
                 self._keys_of.setdefault((connection, peer), {})[key] = None
                 self.core.set_traits(key, self._traits_of(codec))
             self._maybe_done[key] = None  # a first message that was refused leaves nothing
-        if codec.answer is None:
+        if codec.answer is None or role is _CLIENT:  # an answer is to a worker's message
             events = self._to_core(key, codec, message, now)
         else:
             before = self.core.worker_state(key)

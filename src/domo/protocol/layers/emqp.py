@@ -264,6 +264,7 @@ class EmqpLayer:
         worker = self._workers.pop((connection, peer), None)
         if worker is not None:
             worker.jobs.clear()
+            self._seats.forget(worker.address)  # the core drops its seats itself
 
     def shutdown(self, now: float) -> list[BrokerEvent]:
         """EMQP-19: KBYE to every worker (EventMQ's jobmanager reconnects on its own)."""

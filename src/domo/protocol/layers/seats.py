@@ -125,10 +125,6 @@ class Seats:
             if not keys:
                 del groups[seat.group]
                 self._busy.get(seat.owner, set()).discard(seat.group)
-        if not groups:  # nothing of it is left: its bookkeeping goes too
-            self._groups.pop(seat.owner, None)
-            self._busy.pop(seat.owner, None)
-            self._next.pop(seat.owner, None)
         return seat
 
     def withdraw(
@@ -137,8 +133,15 @@ class Seats:
         """``owner`` leaves (or, ``expired``, fell silent by its layer's clock): all its seats
         are withdrawn at once, so its requests go back to their queues together, oldest first,
         and none goes to a sibling of its own."""
-        groups = self._groups.pop(owner, {})
+        groups = self._groups.get(owner, {})
+        keys = [key for group in groups.values() for key in group]
+        self.forget(owner)
+        events += self._core.withdraw(keys, now, expired=expired)
+
+    def forget(self, owner: Hashable) -> None:
+        """Forget ``owner``'s bookkeeping (it left; its seats are the core's to drop). Its
+        groups are numbered on from where they were until then, so no key of a seat is made
+        again while the broker may still hold something of the one before."""
+        self._groups.pop(owner, None)
         self._busy.pop(owner, None)
         self._next.pop(owner, None)
-        keys = [key for group in groups.values() for key in group]
-        events += self._core.withdraw(keys, now, expired=expired)
