@@ -19,15 +19,13 @@ process is killed by PID at the end; every wait is bounded.
 
 from __future__ import annotations
 
-import argparse
-import json
 import re
 import signal
 import sys
 import tempfile
 import threading
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 if not __package__:  # run as a script: the checkout's root, so that ``tests`` imports
@@ -36,7 +34,7 @@ if not __package__:  # run as a script: the checkout's root, so that ``tests`` i
 import domo.sync
 from domo.runtime.errors import DomoError
 from domo.titanic.sync import TitanicClient
-from tests.chaos.durable_procs import DOMO, RECORDING_WORKER, Processes, free_port
+from tests.chaos.durable_procs import DOMO, RECORDING_WORKER, Processes, free_port, script_main
 
 SERVICE = "pair.echo"
 RECORD = re.compile(
@@ -281,7 +279,7 @@ def _stop_phase(config: PairChaosConfig, result: PairChaosResult, log_dir: Path)
         # nothing at all, so it served nobody from the SIGSTOP to that record.
         woke = after[0] if after else None
         result.primary_unsure_after_resume = (
-            woke is not None and woke[1] is False and "BSTAR-12: not run for" in woke[2]
+            woke is not None and woke[1] is False and "BSTAR-12: not run" in woke[2]
         )
         idle = (stopped_at, woke[0] if result.primary_unsure_after_resume and woke else resumed_at)
         result.overlap_seconds = _overlap(
@@ -300,19 +298,7 @@ def run_pair_chaos(config: PairChaosConfig, log_dir: Path | None = None) -> Pair
 
 
 def main(argv: list[str] | None = None) -> int:
-    defaults = PairChaosConfig()
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    for name, value in asdict(defaults).items():
-        parser.add_argument(f"--{name.replace('_', '-')}", type=type(value), default=value)
-    parser.add_argument("--json", metavar="FILE", help="also write the result there")
-    args = vars(parser.parse_args(argv))
-    json_path = args.pop("json")
-    result = run_pair_chaos(PairChaosConfig(**args))
-    summary = {**asdict(result), "ok": result.ok}
-    print(json.dumps(summary, indent=2))
-    if json_path:
-        Path(json_path).write_text(json.dumps(summary, indent=2) + "\n")
-    return 0 if result.ok else 1
+    return script_main(__doc__.split("\n\n")[0], PairChaosConfig, run_pair_chaos, argv)
 
 
 if __name__ == "__main__":

@@ -4,7 +4,9 @@ recording worker whose log counts how often each request ran."""
 
 from __future__ import annotations
 
+import argparse
 import contextlib
+import json
 import os
 import re
 import signal
@@ -12,7 +14,10 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
+from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 DOMO = [sys.executable, "-m", "domo"]
 RECORDING_WORKER = [sys.executable, str(Path(__file__).with_name("recording_worker.py"))]
@@ -95,3 +100,23 @@ def executions(log: Path) -> dict[bytes, int]:
     for line in log.read_bytes().splitlines():
         counts[line] = counts.get(line, 0) + 1
     return counts
+
+
+def script_main(
+    description: str, config_type: type[Any], run: Callable[[Any], Any], argv: list[str] | None
+) -> int:
+    """A chaos script's command line: one option per field of ``config_type`` (a dataclass),
+    ``--json FILE``; prints the result (with its verdict ``ok``) and exits 0 only if ok."""
+    parser = argparse.ArgumentParser(description=description)
+    for name, value in asdict(config_type()).items():
+        parser.add_argument(f"--{name.replace('_', '-')}", type=type(value), default=value)
+    parser.add_argument("--json", metavar="FILE", help="also write the result there")
+    args = vars(parser.parse_args(argv))
+    json_path = args.pop("json")
+    result = run(config_type(**args))
+    summary = {**asdict(result), "ok": result.ok}
+    summary["problems"] = result.problems[:20]
+    print(json.dumps(summary, indent=2))
+    if json_path:
+        Path(json_path).write_text(json.dumps(summary, indent=2) + "\n")
+    return 0 if result.ok else 1

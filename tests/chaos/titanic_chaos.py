@@ -20,15 +20,13 @@ Everything is on 127.0.0.1; every process is killed by PID at the end; every wai
 
 from __future__ import annotations
 
-import argparse
-import json
 import random
 import signal
 import sys
 import tempfile
 import threading
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 if not __package__:  # run as a script: the checkout's root, so that ``tests`` imports
@@ -43,6 +41,7 @@ from tests.chaos.durable_procs import (
     Processes,
     executions,
     free_port,
+    script_main,
 )
 
 SERVICE = "chaos.echo"
@@ -251,21 +250,7 @@ def run_titanic_chaos(
 
 
 def main(argv: list[str] | None = None) -> int:
-    defaults = TitanicChaosConfig()
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    for name, value in asdict(defaults).items():
-        parser.add_argument(f"--{name.replace('_', '-')}", type=type(value), default=value)
-    parser.add_argument("--json", metavar="FILE", help="also write the result there")
-    args = vars(parser.parse_args(argv))
-    json_path = args.pop("json")
-    config = TitanicChaosConfig(**args)
-    result = run_titanic_chaos(config)
-    summary = {**asdict(result), "ok": result.ok}
-    summary["problems"] = result.problems[:20]
-    print(json.dumps(summary, indent=2))
-    if json_path:
-        Path(json_path).write_text(json.dumps(summary, indent=2) + "\n")
-    return 0 if result.ok else 1
+    return script_main(__doc__.split("\n\n")[0], TitanicChaosConfig, run_titanic_chaos, argv)
 
 
 if __name__ == "__main__":

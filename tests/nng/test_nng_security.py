@@ -19,7 +19,12 @@ import trio
 
 from domo.curve import CurveError, CurveServer, KeyPair, NngTls
 from domo.eventlog import describe
-from domo.protocol.events import ProtocolViolation
+from domo.protocol.events import (
+    BrokerEvent,
+    ConnectionClosed,
+    ProtocolViolation,
+    RequestRefused,
+)
 from domo.protocol.memo01 import Memo01Broker
 from domo.trio import serve_broker
 from domo.trio._nng import BACKTRACE_ROOM, MEMO_HEADER_ROOM, NngConnection
@@ -31,13 +36,13 @@ pytestmark = [pytest.mark.io]
 
 
 async def received(conn: NngConnection, count: int) -> list[list[bytes]]:
-    """The next ``count`` requests (a closed pipe's notice, a message of no frames, MEMO-23,
-    is not one)."""
+    """The next ``count`` requests taken in; a closed pipe's notice (one frame: the pipe, for
+    MEMO-23) is not a request and is passed over."""
     messages: list[list[bytes]] = []
     while len(messages) < count:
         await conn.wait(False)
-        got = conn.receive(count - len(messages))
-        messages += [[bytes(f) for f in m] for m in got if len(m) > 1]
+        taken = conn.receive(count - len(messages))
+        messages += [[bytes(f) for f in m] for m in taken if len(m) > 1]
     return messages
 
 
@@ -116,7 +121,8 @@ async def test_a_message_over_the_bound_is_not_taken_in(tmp_path: Path) -> None:
     """Finding 2: NNG's receive size is max_message_bytes plus the longest memo01 header; a
     longer message closes its peer's connection before the broker holds it."""
     url = f"ipc://{tmp_path}/s.ipc"
-    conn = NngConnection(f"nng+{url}", max_message_bytes=1000, initial=2)
+    closed: list[BrokerEvent] = []
+    conn = NngConnection(f"nng+{url}", max_message_bytes=1000, initial=2, on_event=closed.extend)
     with trio.fail_after(20):
         async with trio.open_nursery() as nursery:
             await nursery.start(conn.serve)
@@ -125,6 +131,11 @@ async def test_a_message_over_the_bound_is_not_taken_in(tmp_path: Path) -> None:
                 with trio.move_on_after(0.5):
                     await received(conn, 1)
                     raise AssertionError("a message over the bound was taken in")
+            # NNG closed that connection; the broker says so, as for ZeroMQ (MDP-D-31).
+            (event,) = closed
+            assert isinstance(event, ConnectionClosed)
+            assert (event.rule, event.endpoint) == ("MDP-D-31", f"nng+{url}")
+            assert "over max_message_bytes" in event.reason
             with pynng.Req0(dial=url, resend_time=-1) as req, req.new_context() as context:
                 await context.asend(b"y" * (1000 + MEMO_HEADER_ROOM))  # just fits
                 ((_, body),) = await received(conn, 1)
@@ -143,3 +154,115 @@ def test_garbage_on_nng_is_blamed_on_its_peer() -> None:
     assert violation.peer == token[:8]
     assert "the broker broke" not in describe(violation)
     assert describe(violation).startswith("ProtocolViolation: peer 0001020304050607 broke MEMO-")
+
+
+async def test_one_connection_holds_at_most_per_pipe_requests(tmp_path: Path) -> None:
+    """Finding 3: one NNG connection (workers' READYs, jobs) is bounded: past ``per_pipe``
+    requests held, one more is released unanswered and counted; another connection is not
+    affected."""
+    url = f"ipc://{tmp_path}/p.ipc"
+    events: list[BrokerEvent] = []
+    conn = NngConnection(
+        f"nng+{url}", per_pipe=2, initial=8, on_event=events.extend, held_bytes=lambda: 77
+    )
+    with trio.fail_after(20):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(conn.serve)
+            with pynng.Req0(dial=url, resend_time=-1) as greedy:
+                contexts = [greedy.new_context() for _ in range(3)]
+                for number, context in enumerate(contexts):
+                    await context.asend(b"held %d" % number)
+                held = await received(conn, 2)
+                while not conn.refused:  # noqa: ASYNC110 - the third is refused by its task
+                    await trio.sleep(0.01)
+                assert {body for _, body in held} < {b"held 0", b"held 1", b"held 2"}
+                (refused,) = [e for e in events if isinstance(e, RequestRefused)]
+                assert (refused.reason, refused.rule, refused.held) == (
+                    "client-limit",
+                    "FAM-07",
+                    77,
+                )
+                assert refused.size == len(b"held 0")
+                assert not conn.readable()
+                with pynng.Req0(dial=url, resend_time=-1) as other, other.new_context() as ctx:
+                    await ctx.asend(b"other")
+                    ((_, body),) = await received(conn, 1)
+                    assert body == b"other"
+                for context in contexts:
+                    context.close()
+            nursery.cancel_scope.cancel()
+    conn.close(0)
+
+
+async def test_a_context_keeps_nothing_of_a_request_it_released(tmp_path: Path) -> None:
+    """Finding 2: a context waiting for its next request held its last one (the NNG message and
+    its bytes) until then: 30 refused 3 MiB JOBs left 54 MiB with the idle contexts."""
+    import gc
+
+    url = f"ipc://{tmp_path}/k.ipc"
+    conn = NngConnection(f"nng+{url}", initial=2)
+    size = 2 << 20
+    with trio.fail_after(20):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(conn.serve)
+            with pynng.Req0(dial=url, resend_time=-1) as req, req.new_context() as context:
+                await context.asend(b"z" * size)
+                ((token, body),) = await received(conn, 1)
+                assert len(body) == size
+                del body
+                conn.send([token])  # released, as a refused request is
+                for _ in range(10):
+                    await trio.sleep(0.01)  # the slot goes back to waiting
+                gc.collect()
+                alive = [
+                    o
+                    for o in gc.get_objects()
+                    if isinstance(o, pynng.Message)
+                    or (isinstance(o, bytes | bytearray) and len(o) >= size)
+                ]
+                assert alive == []
+            nursery.cancel_scope.cancel()
+    conn.close(0)
+
+
+async def test_domo_memo01_client_and_worker_over_tls_beside_curve(certs: Path) -> None:
+    """Finding 1, end to end in one process: serve_broker under CURVE with an nng+tls+tcp://
+    endpoint; domo's own memo01 worker and client (``tls=``) meet through it, and a client
+    without a certificate gets nothing."""
+    import zmq
+
+    from domo.curve import CurveServer, KeyPair
+    from domo.trio.memo01 import Memo01Client, Memo01Error, run_memo01_worker
+
+    public, secret = zmq.curve_keypair()
+    curve = CurveServer(KeyPair(public, secret), None)
+    tls = NngTls(certs / "localhost.pem", certs / "allowed.crt")
+    port = free_port()
+
+    async def shout(service: str, payload: bytes) -> bytes:
+        return payload.upper()
+
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            bound = await nursery.start(
+                lambda task_status: serve_broker(
+                    "tcp://127.0.0.1:0",
+                    f"nng+tls+tcp://127.0.0.1:{port}",
+                    curve=curve,
+                    nng_tls=tls,
+                    task_status=task_status,
+                )
+            )
+            url = bound[1].removeprefix("nng+")
+            assert url == f"tls+tcp://127.0.0.1:{port}"
+            await nursery.start(
+                lambda task_status: run_memo01_worker(
+                    url, ["shout"], shout, tls=tls_client(certs, "alice"), task_status=task_status
+                )
+            )
+            async with Memo01Client(url, tls=tls_client(certs, "alice")) as client:
+                assert await client.call("shout", b"over tls", timeout=10) == b"OVER TLS"
+            async with Memo01Client(url, tls=tls_client(certs, None)) as stranger:
+                with pytest.raises(Memo01Error, match="no RESULT"):
+                    await stranger.call("shout", b"keyless", timeout=1.0)
+            nursery.cancel_scope.cancel()

@@ -23,6 +23,14 @@ from domo.protocol.errors import LocalProtocolError
 BEAT = 1.0
 
 
+def beat(m: PairMachine, until: float) -> None:
+    """Tick ``m`` as its runtime does: at every heartbeat up to ``until`` (state published)."""
+    now = m.now
+    while now <= until:
+        m.tick(now)
+        now += BEAT
+
+
 def serving(m: PairMachine) -> bool:
     return m.serving
 
@@ -113,14 +121,17 @@ def test_each_peer_state_in_each_state(
 def test_a_backup_gets_to_active_only_through_passive() -> None:
     """BSTAR-07, BSTAR-10: backup -> passive (primary active) -> active (silent + client)."""
     m = PairMachine(PairConfig(Role.BACKUP, heartbeat=BEAT), 0.0)
+    beat(m, 5.0)
     assert not m.client_request(5.0)  # a backup alone never serves
     assert state_of(m) is State.BACKUP
     m.peer_state(Role.PRIMARY, State.ACTIVE, 5.0)
     assert state_of(m) is State.PASSIVE
     [passive] = m.take_events()
     assert (passive.rule, passive.serving) == ("BSTAR-07", False)
+    beat(m, 6.0)
     assert not m.client_request(6.999)  # the peer was heard at 5.0: alive until 7.0
     assert state_of(m) is State.PASSIVE
+    beat(m, 7.0)
     assert m.client_request(7.0)  # silent at exactly 2 x heartbeat (BSTAR-04)
     assert state_of(m) is State.ACTIVE
     assert serving(m)
@@ -141,8 +152,10 @@ def test_a_silent_peer_alone_does_not_make_a_passive_broker_active() -> None:
 def test_a_primary_alone_waits_one_expiry_before_serving() -> None:
     """BSTAR-09."""
     m = PairMachine(PairConfig(Role.PRIMARY, heartbeat=BEAT), 10.0)
+    beat(m, 11.0)
     assert not m.client_request(11.999)
     assert state_of(m) is State.PRIMARY
+    beat(m, 12.0)
     assert m.client_request(12.0)
     assert state_of(m) is State.ACTIVE
     [event] = m.take_events()
@@ -219,13 +232,34 @@ def test_a_frozen_broker_whose_peer_stays_silent_serves_after_a_full_expiry() ->
     assert serving(m)
 
 
-def test_a_gap_just_under_the_expiry_changes_nothing() -> None:
-    """BSTAR-12: exactly 2 x heartbeat is not a gap; a little more is."""
+def test_a_gap_is_counted_from_the_last_state_sent_not_the_last_input() -> None:
+    """BSTAR-12: clients kept coming, but the state went unsent for 2 x heartbeat: the peer may
+    have found this broker silent, so it is a gap; just under it is not."""
     m = machine(Role.PRIMARY, State.ACTIVE)
-    m.observe(1.0)
-    assert m.client_request(3.0)
-    assert m.client_request(5.0)
-    assert not m.client_request(7.0001)
+    assert m.tick(0.0)  # state sent at 0.0
+    for now in (0.5, 1.0, 1.5, 1.999):
+        assert m.client_request(now)  # inputs, but no tick: nothing sent since 0.0
+    assert not m.client_request(2.0)
+    [event] = m.take_events()
+    assert (event.rule, event.serving) == ("BSTAR-12", False)
+    assert "state unsent for 2 s" in event.reason
+
+
+def test_a_frozen_passive_broker_does_not_take_its_stale_view_for_silence() -> None:
+    """BSTAR-12, BSTAR-10: stopped while passive, resumed with a client waiting: the primary's
+    last message is old, but that is no proof of its silence: a fresh expiry first."""
+    m = machine(Role.BACKUP, State.PASSIVE)
+    beat(m, 1.0)
+    m.peer_state(Role.PRIMARY, State.ACTIVE, 1.0)
+    assert not m.client_request(10.0)  # 9 s of nothing: a gap of its own, not the peer's
+    assert state_of(m) is State.PASSIVE
+    beat(m, 11.0)
+    m.peer_state(Role.PRIMARY, State.ACTIVE, 11.5)  # the primary is alive after all
+    beat(m, 13.0)
+    assert not m.client_request(13.0)
+    beat(m, 14.0)
+    assert m.client_request(14.0)  # silent since 11.5 + 2: now the vote counts
+    assert state_of(m) is State.ACTIVE
 
 
 def test_tick_says_when_to_publish() -> None:

@@ -114,12 +114,7 @@ def test_requests_survive_a_crash_tutorial(started: Started, tmp_path: Path) -> 
         for command in shell_commands("durable_worker.sh")
     ]
     started.start(worker, tmp_path)
-    deadline = time.monotonic() + 45
-    while True:  # the page: "within a few seconds"; pending until then (exit code 15)
-        fetched = bash("durable_fetch.sh", endpoint, tmp_path)
-        if "exit code: 15" not in fetched or time.monotonic() > deadline:
-            break
-        time.sleep(0.5)
+    fetched = bash("durable_fetch.sh", endpoint, tmp_path)  # its --wait 60 covers the retries
     assert_shown("durable_fetch.out", fetched)
     again = subprocess.run(
         [sys.executable, "-m", "domo", "fetch", request_id, "--connect", endpoint],

@@ -14,14 +14,16 @@ take messages from clients and workers now), ``state``, the ``Transition`` event
 ``next_deadline()`` (when to publish the state again). ``TRANSITIONS`` is the table the spec
 (specs/binary-star.md) shows and the tests check cell by cell.
 
-One addition to the Guide (BSTAR-12): a broker that was not run for longer than its peer's
-patience (SIGSTOP, a stalled VM) may have been declared silent and replaced meanwhile. On the
-first input after such a gap it stops serving until it has heard its peer again, or until its
-peer has been silent for a full ``2 x heartbeat`` more.
+One addition to the Guide (BSTAR-12): a broker whose own state message went unsent for as long
+as its peer waits (SIGSTOP, a stalled VM) may have been declared silent and replaced meanwhile,
+and what it knows of its peer is as old. On the first input after such a gap it gives its peer
+a fresh expiry, believes nothing the peer said until a heartbeat after waking, and, if it was
+active, serves nobody until it hears its peer again or its peer stays silent a full expiry.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from enum import Enum
 from typing import Final
@@ -159,7 +161,9 @@ class PairMachine:
         self.peer_expiry = now + config.peer_expiry
         self.heard_peer = False
         self.unsure = False  # after a gap in our own run: serve nobody until sure (BSTAR-12)
-        self.woke_at = now  # when the last gap ended
+        self.published_at = now  # the last state message sent (the first goes at once)
+        self.woke_at = -math.inf  # when the last gap was found
+        self.in_gap = False  # a gap was found and no state message has gone out since
         self.next_beat = now  # publish at once
         self.events: list[Transition] = []
 
@@ -190,16 +194,19 @@ class PairMachine:
     def _advance(self, now: float) -> None:
         if now < self.now:
             raise LocalProtocolError(f"now went backwards: {now} < {self.now}")
-        gap = now - self.now
         self.now = now
-        if gap > self.config.peer_expiry and self.state in (State.ACTIVE, State.PRIMARY):
-            # Not run for longer than the peer waits: it may have taken over (BSTAR-12).
+        unsent = now - self.published_at
+        if unsent >= self.config.peer_expiry and not self.in_gap:
+            # Our state went unsent as long as the peer waits: it may have found us silent and
+            # taken over, and what we know of it is as old (BSTAR-12). Give it a fresh expiry.
+            self.in_gap = True
             self.peer_expiry = now + self.config.peer_expiry
             self.woke_at = now
-            if not self.unsure:
+            if self.state in (State.ACTIVE, State.PRIMARY) and not self.unsure:
                 was_serving = self.serving
                 self.unsure = True
-                self._note(self.state, "BSTAR-12", f"not run for {gap:.3g} s", was_serving)
+                reason = f"not run: its state unsent for {unsent:.3g} s"
+                self._note(self.state, "BSTAR-12", reason, was_serving)
 
     def observe(self, now: float) -> None:
         """Advance time only (a message from a worker, say): what ``serving`` depends on."""
@@ -212,6 +219,8 @@ class PairMachine:
         self._settle(now)
         if now >= self.next_beat:
             self.next_beat = now + self.config.heartbeat
+            self.published_at = now  # the runtime publishes it now
+            self.in_gap = False
             return True
         return False
 
@@ -220,7 +229,7 @@ class PairMachine:
         self._advance(now)
         self.peer_expiry = now + self.config.peer_expiry
         self.heard_peer = True
-        if self.unsure and now < self.woke_at + self.config.heartbeat:
+        if now < self.woke_at + self.config.heartbeat:
             # Sent before our gap, maybe: what the peer said while we were away is stale. Only
             # what comes a full heartbeat after waking is sure to be news (BSTAR-12).
             return

@@ -192,7 +192,7 @@ def _only_leaf(error: BaseException) -> BaseException:
 def _exit_code_for(command: str, error: BaseException) -> int:
     """Report an expected failure in one line; re-raise anything else (a bug)."""
     if isinstance(error, KeyboardInterrupt):  # SIGINT before a signal receiver was set up
-        return EXIT_INTERRUPTED if command == "call" else EXIT_OK
+        return EXIT_INTERRUPTED if command in ("call", "report") else EXIT_OK
     if isinstance(error, zmq.ZMQError):
         print(f"domo {command}: endpoint error: {error}", file=sys.stderr)
         return EXIT_ENDPOINT

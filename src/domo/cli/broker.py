@@ -37,6 +37,7 @@ from domo.protocol.events import (
 )
 from domo.runtime import memory
 from domo.trio import (
+    Drain,
     serve_broker,
 )
 from domo.trio.broker import NNG_EXTRA_HINT, NNG_SCHEME, NNG_TLS_SCHEME
@@ -108,6 +109,15 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     _add_memory_bounds(sub, defaults)
     sub.add_argument(
+        "--drain",
+        type=_positive_float,
+        metavar="SECONDS",
+        help="on SIGTERM, drain before stopping: take no new request (each is refused, "
+        "logged and counted), let the ones in flight finish, then stop; at most SECONDS, after "
+        "which what is left is given up (its clients resend). A second SIGTERM, or SIGINT, "
+        "stops at once (specs/mdp-0.2.md, MDP-D-34; default: stop at once)",
+    )
+    sub.add_argument(
         "--busy-worker-timeout",
         type=_positive_float,
         default=defaults.busy_worker_timeout,
@@ -122,8 +132,9 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         default=defaults.max_client_requests,
         metavar="N",
         help="requests one client may have outstanding at once in a dialect that allows "
-        "several (MDP/0.1 on a DEALER, DCP, eMQP); one more is refused, logged and counted in "
-        "domo_requests_refused (specs/family.md, FAM-07; default: %(default)s)",
+        "several (MDP/0.1 on a DEALER, DCP, eMQP; memo01: one NNG connection, its workers "
+        "included); one more is refused, logged and counted in domo_requests_refused "
+        "(specs/family.md, FAM-07; default: %(default)s)",
     )
     sub.add_argument(
         "--trace-dir",
@@ -253,6 +264,7 @@ async def _broker(args: argparse.Namespace) -> int:
             counted(event)
             metrics.on_event(event)
 
+    drain = Drain(args.drain) if args.drain is not None else None
     serve = partial(
         serve_broker,
         config=config,
@@ -260,10 +272,12 @@ async def _broker(args: argparse.Namespace) -> int:
         trace_dir=args.trace_dir,
         curve=args.curve,
         nng_tls=args.nng_tls,
+        drain=drain,
         admit=None if pair is None else pair.admit,
     )
     memory.fix_mmap_threshold()  # this process is a broker: large bodies go back when freed
-    async with _on_sighup(args.curve, args.nng_tls), _graceful_stop("broker") as stop:
+    stopping = _graceful_stop("broker") if drain is None else _stop_after_drain(drain)
+    async with _on_sighup(args.curve, args.nng_tls), stopping as stop:
         with stop:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(_trim_memory)
@@ -348,6 +362,49 @@ def _protection(endpoint: str, curve: CurveServer | None, nng_tls: NngTls | None
     if endpoint.startswith(NNG_SCHEME) or curve is None:
         return ""
     return " (in-process, no CURVE)" if endpoint.startswith("inproc://") else " (CURVE)"
+
+
+@asynccontextmanager
+async def _stop_after_drain(drain: Drain) -> AsyncIterator[trio.CancelScope]:
+    """As ``_graceful_stop``, but a first SIGTERM drains before it stops (MDP-D-34): no new
+    request is taken, the ones in flight finish (at most ``drain.seconds``), then the scope is
+    cancelled. SIGINT, or SIGTERM while draining, stops at once."""
+    stop = trio.CancelScope()
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async with trio.open_nursery() as watcher:
+
+            async def stop_when_drained() -> None:
+                if not await drain.wait():
+                    logger.warning(
+                        "broker: the drain's %g s are up; stopping with %d request(s) "
+                        "outstanding, given up (their clients resend)",
+                        drain.seconds,
+                        drain.left,
+                    )
+                stop.cancel()
+
+            async def watch() -> None:
+                async for signum in signals:
+                    name = signal.Signals(signum).name
+                    if stop.cancel_called:
+                        logger.info("broker: %s received while stopping; still stopping", name)
+                    elif signum == signal.SIGTERM and not drain.requested.is_set():
+                        logger.info(
+                            "broker: SIGTERM received, draining for at most %g s (SIGTERM "
+                            "again or SIGINT stops at once)",
+                            drain.seconds,
+                        )
+                        drain.begin()
+                        watcher.start_soon(stop_when_drained)
+                    else:
+                        logger.info("broker: %s received, stopping", name)
+                        stop.cancel()
+
+            watcher.start_soon(watch)
+            try:
+                yield stop
+            finally:
+                watcher.cancel_scope.cancel()
 
 
 @asynccontextmanager

@@ -561,6 +561,7 @@ class Broker:
         self._busy_span = self.config.busy_span
         self._max_message = self.config.max_message_bytes
         self._max_held = self.config.max_held_bytes
+        self._draining = False  # MDP-D-34
         self._dispatcher = Dispatcher()
         self._workers: dict[bytes, WorkerRecord] = {}
         self._silenced: dict[bytes, _Silence] = {}
@@ -782,6 +783,16 @@ class Broker:
                 self._neutral.pop(peer, None)
             if traits not in self._tables:
                 self._tables[traits] = worker_transitions_for(traits)
+
+    def stop_taking_requests(self) -> None:
+        """Refuse every new request from now on (``RequestRefused``, ``draining``, MDP-D-34);
+        the requests already taken carry on: a drain before ``shutdown``."""
+        self._draining = True
+
+    @property
+    def draining(self) -> bool:
+        """Whether ``stop_taking_requests`` was called."""
+        return self._draining
 
     def shutdown(self, now: float) -> list[BrokerEvent]:
         """Give up every request and send DISCONNECT to every registered worker (MDP-W-14).
@@ -1394,6 +1405,10 @@ class Broker:
             self._mmi(peer, service, body, now, events)  # FAM-04: only where the dialect has it
             return
         if self._congested and self._refused_as_congested(peer, service, body, now, events):
+            return
+        if self._draining:  # MDP-D-34: a draining broker takes no new request
+            size, held = sum(map(len, body)), self._held_bytes
+            events.append(RequestRefused(peer, service, "draining", size, held, "MDP-D-34", now))
             return
         request = RequestRecord(self._last_request_id + 1, peer, service, body, now)
         size = request.size

@@ -131,6 +131,7 @@ RefusalReason: TypeAlias = Literal[
     "too-large",  # the body is over max_message_bytes (MDP-D-25)
     "broker-full",  # accepting it would take the held request bodies over max_held_bytes (MDP-D-26)
     "client-congested",  # its client's pipe was full a moment ago: it is not reading (MDP-D-29)
+    "draining",  # the broker is draining before it stops: it takes no new request (MDP-D-34)
     "client-limit",  # its client has max_client_requests outstanding already (FAM-07)
 ]
 

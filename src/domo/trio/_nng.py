@@ -31,7 +31,7 @@ import itertools
 import logging
 import socket
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import suppress
 from typing import Any, Final
 
@@ -40,6 +40,9 @@ import trio
 from pynng import _nng
 
 from domo.curve import CurveError, NngTls
+from domo.protocol.dialects.memo01 import parse
+from domo.protocol.errors import MalformedMessage
+from domo.protocol.events import BrokerEvent, ConnectionClosed, RequestRefused
 from domo.protocol.mdp import BodyFrame
 from domo.runtime.pumping import EAGAIN, EHOSTUNREACH, SENT
 
@@ -67,6 +70,12 @@ MEMO_HEADER_ROOM: Final = 256 * (255 + 2) + 1024
 # What NNG counts against its receive size besides: req0's backtrace, 4 bytes a hop (8 hops).
 BACKTRACE_ROOM: Final = 32
 TLS_SCHEME: Final = "tls+tcp://"
+# What a closed connection may mean (MDP-D-31, as on ZeroMQ): NNG closes the pipe of a peer that
+# sends a message over its receive size exactly as when the peer goes.
+CLOSED_REASON: Final = (
+    "by its peer, or by NNG for a message over max_message_bytes (MDP-D-25); NNG does not tell "
+    "which"
+)
 
 
 def is_nng(endpoint: str) -> bool:
@@ -148,10 +157,18 @@ class NngConnection:
         limit: int = 10_000,
         max_message_bytes: int | None = None,
         tls: NngTls | None = None,
+        per_pipe: int = 1000,
+        on_event: Callable[[list[BrokerEvent]], None] | None = None,
+        held_bytes: Callable[[], int] = lambda: 0,
     ) -> None:
         """``max_message_bytes``: the longest body taken in (NNG closes the connection of a
         peer that sends more, with room for the header). ``tls``: required for, and only for,
-        an ``nng+tls+tcp://`` endpoint."""
+        an ``nng+tls+tcp://`` endpoint. ``per_pipe``: the requests one NNG connection may have
+        held at once (its workers' and its jobs'); one more is released unanswered.
+        ``on_event``: told of each connection that closes (``ConnectionClosed``, MDP-D-31: by
+        its peer, or by NNG for a message over the bound, which NNG does not tell apart) and of
+        each request refused over ``per_pipe`` (``RequestRefused``, FAM-07, with
+        ``held_bytes()`` as the bytes the broker held then)."""
         self.endpoint = endpoint
         if is_tls(endpoint) != (tls is not None):
             raise ValueError(
@@ -159,6 +176,10 @@ class NngConnection:
                 "and only such an endpoint takes them"
             )
         self._tls = tls
+        self._on_event = on_event
+        self._held_bytes = held_bytes
+        self._per_pipe = per_pipe
+        self.refused = 0  # requests released for being over ``per_pipe``
         self._socket = pynng.Rep0()
         try:
             if max_message_bytes is not None:
@@ -258,17 +279,26 @@ class NngConnection:
                 message = await slot.context.arecv_msg()
             finally:
                 self._receiving -= 1
-            if self._receiving * 4 < len(self._slots) and len(self._slots) < self._limit:
-                self._grow.set()  # few contexts left free to receive: double the pool
             pipe = message.pipe.id if message.pipe is not None else 0
+            data = message.bytes
+            # Not kept in this frame: the slot waits here until its next request, and its last
+            # one's NNG message (a 3 MiB JOB, say) would live until then (issue 27: 30 refused
+            # JOBs left 54 MiB held by idle contexts).
+            del message
             token = (pipe & 0xFFFFFFFFFFFFFFFF).to_bytes(8, "big") + next(self._numbers).to_bytes(
                 8, "big"
             )
+            held_here = self._held_per_pipe.get(token[:8], 0)
+            if held_here >= self._per_pipe:
+                self._refuse_over_cap(token[:8], held_here, data)
+                del data
+                continue  # the next receive on this context releases the request unanswered
             slot.decided = trio.Event()
             self._held[token] = slot
-            self._held_per_pipe[token[:8]] = self._held_per_pipe.get(token[:8], 0) + 1
+            self._held_per_pipe[token[:8]] = held_here + 1
             self._known_pipes.add(token[:8])  # its closing is news to the broker (MEMO-23)
-            self._inbox.append([token, message.bytes])
+            self._inbox.append([token, data])
+            del data
             self._arrived.set()
             await slot.decided.wait()
             reply, slot.reply = slot.reply, None
@@ -279,7 +309,33 @@ class NngConnection:
                     logger.debug("memo01 reply not sent: %s", error)
                 finally:
                     self._sending -= 1
+                    reply = None  # nor is a reply kept while the slot waits for its next request
             # A new receive on this context drops a request it holds unanswered (a release).
+
+    def _refuse_over_cap(self, pipe: bytes, held: int, data: bytes) -> None:
+        """A connection already has ``per_pipe`` requests held (workers waiting, jobs in
+        flight): one more is released unanswered (memo01 has no refusal answer, MEMO-18), as
+        the core refuses a client over ``max_client_requests`` (FAM-07: for memo01 the client is
+        the NNG connection), reported as ``RequestRefused`` (``client-limit``) and counted: one
+        peer cannot take the whole pool, nor the memory and the core's time its requests would
+        cost (issue 27: READYs of 256 names without end)."""
+        self.refused += 1
+        if self._on_event is None:
+            return
+        try:
+            service = parse(data).service.encode("ascii")  # a JOB's; b"" for a READY
+        except MalformedMessage:
+            service = b""
+        refused = RequestRefused(
+            pipe,
+            service,
+            "client-limit",
+            len(data),
+            self._held_bytes(),
+            "FAM-07",
+            trio.current_time(),
+        )
+        self._on_event([refused])
 
     # -- Connection --------------------------------------------------------------------------
 
@@ -292,7 +348,23 @@ class NngConnection:
 
     def receive(self, limit: int) -> list[list[BodyFrame]]:
         inbox = self._inbox
-        return [inbox.popleft() for _ in range(min(limit, len(inbox)))]
+        taken = [inbox.popleft() for _ in range(min(limit, len(inbox)))]
+        self._consider_growing()
+        return taken
+
+    def _consider_growing(self) -> None:
+        """Double the pool (MEMO-21) when the core holds more than three quarters of its
+        contexts: workers waiting for a job, jobs in flight.
+
+        Contexts whose request the pump has not read yet do not count: under a flood of
+        messages the pump releases at once (garbage, say), growing the pool would only let the
+        flood in faster (it grew to 10,000 contexts, 10,000 tasks that crowded the ZeroMQ pumps
+        out, issue 27). Held at its size, NNG stops reading a pipe none of its contexts can take
+        a message from, and takes the pipes in turn: the flooder waits, as on a ZeroMQ ROUTER.
+        """
+        held_by_core = len(self._held) - len(self._inbox)
+        if held_by_core * 4 > len(self._slots) * 3 and len(self._slots) < self._limit:
+            self._grow.set()
 
     def readable(self) -> bool:
         return bool(self._inbox)
@@ -315,6 +387,9 @@ class NngConnection:
             self._known_pipes.discard(pipe)
             self._inbox.append([pipe])
             self._arrived.set()
+        if self._on_event is not None:
+            closed = ConnectionClosed(self.endpoint, CLOSED_REASON, "MDP-D-31", trio.current_time())
+            self._on_event([closed])
 
     def _spend(self, token: bytes, slot: _Slot) -> None:
         del self._held[token]

@@ -38,6 +38,7 @@ from domo.protocol.mdp import BodyFrame
 from domo.runtime.pumping import RoutedOutbox
 from domo.runtime.serving import NNG_EXTRA_HINT, NNG_SCHEME, Admit, BrokerService, require_nng
 
+from ._drain import Drain
 from ._pump import RouterPump
 from ._transport import Connection, Transport, ZmqConnection, ZmqTransport
 
@@ -105,6 +106,7 @@ async def serve_broker(
     curve: CurveServer | None = None,
     admit: Admit | None = None,
     nng_tls: NngTls | None = None,
+    drain: Drain | None = None,
     task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve MDP/0.2 on ``endpoints`` (any mix of tcp://, ipc://, inproc://) until cancelled.
@@ -133,6 +135,8 @@ async def serve_broker(
     with ``curve`` given, every NNG endpoint must be ``nng+tls+tcp://`` (``ValueError`` if not).
     ``nng_tls`` (``domo.curve.NngTls``): the certificates of ``nng+tls+tcp://`` endpoints, which
     admit only peers whose client certificate its allow-list vouches for.
+    ``drain`` (``domo.trio.Drain``): once begun, new requests are refused and the ones taken
+    finish (MDP-D-34); the caller cancels this task after ``drain.finished`` (or its time).
     ``admit(frames, now)``, if given, sees each message (routing id removed) before the core
     and drops it by answering False: the gate of a Binary Star pair (``domo.binarystar``).
     """
@@ -184,6 +188,9 @@ async def serve_broker(
                     limit=socket_hwm,
                     max_message_bytes=limits.max_message_bytes,
                     tls=nng_tls if endpoint.startswith(NNG_TLS_SCHEME) else None,
+                    per_pipe=limits.max_client_requests,  # FAM-07: memo01's client is its pipe
+                    on_event=emit,
+                    held_bytes=broker.core.held_bytes,
                 )
                 conns.append(nng_conn)
                 nng_conns.append(nng_conn)
@@ -213,6 +220,8 @@ async def serve_broker(
                     nursery.start_soon(pump.run)
                 for conn in watched:  # closed connections are reported (MDP-D-31)
                     nursery.start_soon(_report_closed, conn, emit)
+                if drain is not None:
+                    nursery.start_soon(drain.run, broker.core)
         finally:
             # The pumps have stopped: this task is now the only user of every socket.
             service.stop(trio.current_time(), partial(outbox.flush_all, conns, emit=emit))
