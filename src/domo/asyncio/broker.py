@@ -55,6 +55,7 @@ async def serve_broker(
     curve: CurveServer | None = None,
     admit: Admit | None = None,
     nng_tls: NngTls | None = None,
+    drain: object | None = None,
     started: asyncio.Future[list[str]] | None = None,
 ) -> None:
     """Serve MDP/0.2 on ``endpoints`` until cancelled; ``started`` gets the endpoints as bound.
@@ -62,11 +63,14 @@ async def serve_broker(
     The other arguments are ``domo.trio.serve_broker``'s: ``trace_dir`` writes request traces
     there (``domo.trace``, needs pyarrow; docs/traces.md); ``curve`` requires CURVE, with a
     ZAP handler (a thread) admitting the keys of its allow-list (docs/security.md); ``admit``
-    is a gate before the core (``domo.runtime.serving.Admit``). NNG endpoints (memo01) are
-    ``domo.trio``'s alone: ``nng_tls`` is taken for the same signature and must be None.
+    is a gate before the core (``domo.runtime.serving.Admit``). NNG endpoints (memo01) and the
+    drain (MDP-D-34) are ``domo.trio``'s alone: ``nng_tls`` and ``drain`` are taken for the
+    same signature and must be None.
     """
     if nng_tls is not None:
         raise ValueError("domo.asyncio serves no NNG endpoint: nng_tls is domo.trio's")
+    if drain is not None:
+        raise ValueError("domo.asyncio has no drain yet: use domo.trio.serve_broker's")
     for endpoint in endpoints:
         check_endpoint(endpoint, bind=True)  # before libzmq takes a wrapped port
     loop = asyncio.get_running_loop()
