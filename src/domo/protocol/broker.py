@@ -1,12 +1,15 @@
-"""The MDP/0.2 broker as a sans-IO state machine.
+"""The family's routing core, and MDP/0.2's broker, as a sans-IO state machine.
 
 Theory of operation
 -------------------
 The broker is driven entirely by calls; it never reads a clock, opens a socket or draws a random
-number. Inputs are ``receive(peer, frames, now)`` (one message from the ROUTER, identity frame
-removed), ``tick(now)``, and the I/O layer's feedback ``peer_unreachable`` / ``peer_congested``.
-Outputs are the events each call returns, the outbox drained by ``take_outgoing()`` and
-``next_deadline()``, the time by which ``tick`` should next be called.
+number. Inputs are ``receive(peer, frames, now)`` (one MDP/0.2 message from the ROUTER, identity
+frame removed: the core's own fast path), ``command(peer, CoreCommand, now)`` and ``invalid``
+(a message of any dialect, as its codec decoded it: FAM-10), ``tick(now)``, and the I/O layer's
+feedback ``peer_unreachable`` / ``peer_congested``. Outputs are the events each call returns,
+the outbox drained by ``take_outgoing()`` (MDP/0.2 frames; ``take_outbox`` when some peers are
+neutral and are sent ``CoreCommand``s) and ``next_deadline()``, the time by which ``tick``
+should next be called.
 
 Delivery (MDP-D-24): a message taken by ``take_outgoing`` is *in flight* until the runtime has
 tried to send it. A send that fails is reported with ``peer_congested`` / ``peer_unreachable``,
