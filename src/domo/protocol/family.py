@@ -241,7 +241,8 @@ class FamilyBroker:
             # The hot path: an MDP/0.2 peer's frames go to the core as they are.
             if frames and frames[0] in _MDP02_HEADERS:
                 events = self.core.receive(peer, frames, now)
-                if self._routes:  # a worker's FINAL may end a dialect client's request
+                # A worker's FINAL may end a dialect client's request; idle routes hold none.
+                if len(self._routes) > len(self._idle):
                     self._note(events)
                 return events
             found = self.registry.find(frames)
@@ -339,7 +340,8 @@ class FamilyBroker:
             self._answered = 0
         if self._refusals_at is not None:  # this outbox's refusals, if any, are placed below
             self._refusals_at = None
-        if self._routes or self._answers or self._sent_by_layers:
+        # MDP/0.2 peers alone (idle routes hold nothing): the frames as the core wrote them.
+        if len(self._routes) > len(self._idle) or self._answers or self._sent_by_layers:
             self._core_taken = len(outbox)
             out = self._translate(outbox)
             if self._answers or self._sent_by_layers:  # they lead: DCP's answers, the layers'
@@ -361,7 +363,7 @@ class FamilyBroker:
     def flushed(self) -> list[RequestCompleted]:
         """As ``Broker.flushed``: the FINALs the runtime sent are completed (MDP-D-24)."""
         events = self.core.flushed()
-        if self._routes:
+        if len(self._routes) > len(self._idle):
             self._note(events, follow=False)  # completions: nothing for a layer to do
         # Only after the flush: a send that failed was reported to the keys behind its routing id.
         if self._maybe_done:
