@@ -83,13 +83,31 @@ def _broker_with_workers(count: int) -> Broker:
 # --- broker -----------------------------------------------------------------------------------
 
 
-def broker_cycle(cycles: int, family: bool = False, dialect: bool = False) -> Case:
+def _mdp01_request(service: bytes) -> list[bytes]:
+    return [b"", b"MDPC01", service, *BODY]
+
+
+def _dcp_request(service: bytes) -> list[bytes]:
+    return [b"", b"DGBX\x01", b"\x04", service, b"", b"", *BODY]  # no address, no metadata
+
+
+# A dialect's client REQUEST for a service, where its reply's command frame is, and what it is.
+DIALECT_CLIENTS: dict[str, tuple[Callable[[bytes], list[bytes]], int, bytes]] = {
+    "mdp01": (_mdp01_request, 1, b"MDPC01"),
+    "dcp": (_dcp_request, 2, b"\x05"),
+}
+
+
+def broker_cycle(cycles: int, family: bool = False, dialect: bool | str = False) -> Case:
     """Full request cycles through the broker.
 
     ``family``: through ``FamilyBroker``, as ``serve_broker`` runs it, with MDP/0.2 peers (what
-    the dialect layer costs everyone); ``dialect``: with MDP/0.1 REQ clients instead (what a
-    dialect peer costs: detect, decode, a peer key, encode).
+    the dialect layer costs everyone); ``dialect``: with clients of that dialect instead
+    (``"mdp01"``: RFC 7 REQ clients, the default for True; ``"dcp"``: DCP clients): what a
+    dialect peer costs: detect, decode, a peer key, encode. The workers are MDP/0.2's.
     """
+    if dialect is True:
+        dialect = "mdp01"
 
     def setup() -> Callable[[], None]:
         core = _broker_with_workers(WORKERS)
@@ -102,15 +120,15 @@ def broker_cycle(cycles: int, family: bool = False, dialect: bool = False) -> Ca
         for index in range(cycles):
             client = b"client-%04d" % (index % CLIENTS)
             if dialect:
-                request = [b"", b"MDPC01", _service(index), *BODY]
-                key = peer_key(client, (), Dialect.MDP01)
+                request = DIALECT_CLIENTS[dialect][0](_service(index))
+                key = peer_key(client, (), Dialect(dialect))
             else:
                 request = list(mdp.client_request_frames(_service(index), BODY))
                 key = client
             final = list(mdp.worker_final_frames(key, BODY))
             plan.append((client, key, request, final))
         receive = broker.receive
-        reply_code = b"MDPC01" if dialect else mdp.C_FINAL
+        at, reply_code = DIALECT_CLIENTS[dialect][1:] if dialect else (1, mdp.C_FINAL)
 
         def body() -> None:
             now = 1.0
@@ -154,7 +172,7 @@ def broker_cycle(cycles: int, family: bool = False, dialect: bool = False) -> Ca
                 final[2] = bytes(sent[2])  # the client's address as the broker gave it
                 receive(worker, final, now)
                 [(connection, to, reply)] = take()
-                if connection != 0 or to != client or reply[1] != reply_code:
+                if connection != 0 or to != client or reply[at] != reply_code:
                     raise AssertionError(f"unexpected reply {reply!r} to {to!r}")
                 if len(flushed()) != 1:  # the FINAL was sent: the request is completed
                     raise AssertionError(f"request to {key!r} not completed")
@@ -167,7 +185,8 @@ def broker_cycle(cycles: int, family: bool = False, dialect: bool = False) -> Ca
 
     name = BARE_CYCLE
     if family:
-        name = "family broker: request cycle, " + ("MDP/0.1 REQ clients" if dialect else "MDP/0.2")
+        clients = {"mdp01": "MDP/0.1 REQ clients", "dcp": "DCP clients"}
+        name = "family broker: request cycle, " + (clients[dialect] if dialect else "MDP/0.2")
     return Case(name, "cycle", cycles, setup)
 
 
@@ -296,7 +315,11 @@ def client_request_final(cycles: int) -> Case:
 def cases(quick: bool) -> list[Case]:
     """Every case, sized for a full run or a quick one."""
     scale = 2_000 if quick else 50_000
-    family = [broker_cycle(scale, family=True), broker_cycle(scale, family=True, dialect=True)]
+    family = [
+        broker_cycle(scale, family=True),
+        broker_cycle(scale, family=True, dialect="mdp01"),
+        broker_cycle(scale, family=True, dialect="dcp"),
+    ]
     return [
         broker_cycle(scale),
         *(family if FAMILY else []),

@@ -839,10 +839,13 @@ time.sleep(0.5)
 
 async def test_broker_names_a_worker_silent_while_busy(domo: StartDomo) -> None:
     """A worker that heartbeats while idle but not while it works expires holding a request and
-    speaks again with its FINAL: the hint names both causes, busy silence first."""
+    speaks again with its FINAL: the hint names both causes, busy silence first. (It frames as
+    majortomo's does, whose workers get --busy-worker-timeout while busy, FAM-09: set to the
+    liveness span here, so it still expires.)"""
     broker = await domo(
-        "broker", "--bind", "tcp://127.0.0.1:0", "--heartbeat-interval", "0.1", "--liveness", "3"
-    )
+        "broker", "--bind", "tcp://127.0.0.1:0", "--heartbeat-interval", "0.1", "--liveness", "3",
+        "--busy-worker-timeout", "0.3",
+    )  # fmt: skip
     endpoint = await broker.endpoint()
     with trio.fail_after(20):
         worker = await trio.lowlevel.open_process(

@@ -234,6 +234,21 @@ def test_emqp_06_ready_from_an_uninformed_peer_and_past_the_cap(
     assert len([m for m in net.to(b"W") if m[2] == b"REQUEST"]) == cap
 
 
+def test_emqp_07_a_new_slot_never_takes_a_spent_ones_key_while_its_request_waits() -> None:
+    """EMQP-07, EMQP-10: a slot spent and a new one credited before the outbox is taken: each
+    REQUEST goes out with its own request's MSGID and job (a new slot under the spent one's key
+    took the job meant for the REQUEST still waiting; found by domo fuzz --dialect emqp)."""
+    net = Net()
+    net.inform(b"W")
+    other = JOB.replace(b"[1, 2]", b"[3, 4]")
+    net.request(b"C", b"m1")  # its REQUEST waits in the outbox
+    net.send(b"W", b"", E, b"REPLY", b"r1", b'{"value": 3}', b"m1")  # spends the slot
+    net.send(b"W", b"", E, b"READY", b"r2")  # a new slot
+    net.send(b"C", b"", E, b"REQUEST", b"m2", b"a", b"reply-requested", other)
+    sent = [m for m in net.to(b"W") if m[2] == b"REQUEST"]
+    assert [(m[3], m[-1]) for m in sent] == [(b"m1", JOB), (b"m2", other)]
+
+
 def test_emqp_07_a_slot_is_spent_by_its_request() -> None:
     """EMQP-07: a slot is spent by its request."""
     net = Net()

@@ -23,7 +23,7 @@ from domo.protocol.events import (
     WorkerDisconnected,
     WorkerRegistered,
 )
-from domo.protocol.family import FamilyBroker, peer_key
+from domo.protocol.family import IDLE_KEYS, FamilyBroker, peer_key
 
 from .mdp_strategies import plain
 
@@ -290,6 +290,30 @@ def test_short_lived_req_clients_do_not_grow_the_broker() -> None:
         broker.receive(b"W", [W02, b"\x04", request[2], b"", b"y"], now)
         assert out(broker) == [(b"P", (b"c%d" % n, b"", C01, b"echo", b"y"))]
     assert broker.keys() == 0
+
+
+def test_idle_routes_are_bounded_and_forgotten_with_their_peer() -> None:
+    """REQREP-06: idle REQ clients' routes are kept for their next request, at most IDLE_KEYS
+    of them (the oldest go first); one that asks again is served under the same key; one
+    whose routing id is unreachable is forgotten at once."""
+    broker = FamilyBroker(CONFIG)
+    broker.receive(b"W", [W02, b"\x01", b"echo"], 0.0)
+    clients = IDLE_KEYS + 10
+    for n in range(clients):
+        broker.receive(b"P%d" % n, [b"", C01, b"echo", b"x"], 0.001)
+        [(_, request)] = out(broker)
+        broker.receive(b"W", [W02, b"\x04", request[2], b"", b"y"], 0.001)
+        out(broker)
+    assert (broker.keys(), broker.idle()) == (0, IDLE_KEYS)
+    last = b"P%d" % (clients - 1)
+    broker.receive(last, [b"", C01, b"echo", b"again"], 0.002)
+    [(_, request)] = out(broker)
+    assert request[2] == peer_key(last, (), Dialect.MDP01, request_key=b"#1")
+    assert (broker.keys(), broker.idle()) == (1, IDLE_KEYS - 1)
+    broker.receive(b"W", [W02, b"\x04", request[2], b"", b"y"], 0.003)
+    assert out(broker) == [(last, (b"", C01, b"echo", b"y"))]
+    broker.peer_unreachable(last, 0.004)
+    assert (broker.keys(), broker.idle()) == (0, IDLE_KEYS - 1)
 
 
 def test_a_dialect_worker_stays_known_while_registered() -> None:

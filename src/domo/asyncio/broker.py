@@ -21,18 +21,19 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import zmq
 
-from domo.curve import CurveServer, ZapHandler
+from domo.curve import CurveServer, NngTls, ZapHandler
 from domo.endpoints import check_endpoint
 from domo.protocol import BrokerConfig
 from domo.protocol.events import BrokerEvent
-from domo.protocol.family import FamilyBroker
-from domo.runtime import flush_router, log_event
+from domo.runtime import flush_router
 from domo.runtime.pumping import RoutedOutbox
+from domo.runtime.serving import Admit, BrokerService
 
 from ._socket import AsyncConnection
 
@@ -52,36 +53,38 @@ async def serve_broker(
     hwm: int = 10_000,
     linger: float = 0.5,
     curve: CurveServer | None = None,
+    admit: Admit | None = None,
+    nng_tls: NngTls | None = None,
+    drain: object | None = None,
     started: asyncio.Future[list[str]] | None = None,
 ) -> None:
     """Serve MDP/0.2 on ``endpoints`` until cancelled; ``started`` gets the endpoints as bound.
 
     The other arguments are ``domo.trio.serve_broker``'s: ``trace_dir`` writes request traces
     there (``domo.trace``, needs pyarrow; docs/traces.md); ``curve`` requires CURVE, with a
-    ZAP handler (a thread) admitting the keys of its allow-list (docs/security.md).
+    ZAP handler (a thread) admitting the keys of its allow-list (docs/security.md); ``admit``
+    is a gate before the core (``domo.runtime.serving.Admit``). NNG endpoints (memo01) and the
+    drain (MDP-D-34) are ``domo.trio``'s alone: ``nng_tls`` and ``drain`` are taken for the
+    same signature and must be None.
     """
-    if not endpoints:
-        raise ValueError("serve_broker needs at least one endpoint")
+    if nng_tls is not None:
+        raise ValueError("domo.asyncio serves no NNG endpoint: nng_tls is domo.trio's")
+    if drain is not None:
+        raise ValueError("domo.asyncio has no drain yet: use domo.trio.serve_broker's")
     for endpoint in endpoints:
         check_endpoint(endpoint, bind=True)  # before libzmq takes a wrapped port
-    broker = FamilyBroker(config)  # MDP/0.2 and the family's other dialects
     loop = asyncio.get_running_loop()
-    recorder = None
-    if trace_dir is not None:
-        from domo.trace import TraceRecorder  # pyarrow is an extra; import only when tracing
-
-        recorder = TraceRecorder(
-            trace_dir, wall_anchor=time.time() - loop.time(), dialect_of=broker.dialect_of
-        )
+    service = BrokerService(
+        endpoints,
+        config,
+        on_event=on_event,
+        trace_dir=trace_dir,
+        admit=admit,
+        wall_offset=time.time() - loop.time(),
+        logger=logger,
+    )
+    broker, emit = service.broker, service.emit
     ctx: zmq.Context[Any] = zmq.Context() if context is None else context
-
-    def emit(events: Iterable[BrokerEvent]) -> None:
-        for event in events:
-            log_event(logger, event)
-            if on_event is not None:
-                on_event(event)
-            if recorder is not None:
-                recorder.on_event(event)
 
     routers: list[AsyncConnection] = []
     outbox = RoutedOutbox(
@@ -127,7 +130,7 @@ async def serve_broker(
                 socket.setsockopt(zmq.ROUTER_MANDATORY, 1)
                 # At most max_peer_bytes per pipe, each message at most max_message_bytes
                 # (MDP-D-27, MDP-D-25).
-                pipe = min(hwm, broker.config.pipe_messages)
+                pipe = service.pipe_messages(hwm)
                 socket.setsockopt(zmq.SNDHWM, pipe)
                 socket.setsockopt(zmq.RCVHWM, pipe)
                 socket.setsockopt(zmq.MAXMSGSIZE, broker.config.max_message_bytes)
@@ -144,9 +147,7 @@ async def serve_broker(
         finally:
             try:
                 # The pumps have stopped (or never started): this task alone uses the sockets.
-                now = max(loop.time(), broker.now)
-                emit(broker.shutdown(now))
-                outbox.flush_all(routers, now, emit)
+                service.stop(loop.time(), partial(outbox.flush_all, routers, emit=emit))
             finally:
                 for router in routers:
                     router.close(linger)
@@ -155,5 +156,4 @@ async def serve_broker(
             zap.stop()
         if context is None:
             ctx.term()
-        if recorder is not None:
-            recorder.close()
+        service.close()

@@ -552,11 +552,13 @@ class LateWorkerWatch:
                 logger.warning(
                     "worker %s spoke again after it expired while it held a request (nothing "
                     "heard from it for %.3g s): a worker must keep sending HEARTBEAT while it "
-                    "works (MDP-H-04; majortomo's worker, for one, does not), or its heartbeat "
-                    "interval is longer than this broker's %.3g s (broker and workers must use "
-                    "the same --heartbeat-interval and --liveness)",
+                    "works (MDP-H-04; majortomo's and RFC 7's workers do not, and get "
+                    "--busy-worker-timeout, %.3g s, instead), or its heartbeat interval is "
+                    "longer than this broker's %.3g s (broker and workers must use the same "
+                    "--heartbeat-interval and --liveness)",
                     eventlog.peer_text(event.peer),
                     self.config.liveness * self.config.heartbeat_interval,
+                    self.config.busy_span,
                     self.config.heartbeat_interval,
                 )
                 return

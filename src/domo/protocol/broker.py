@@ -1,12 +1,15 @@
-"""The MDP/0.2 broker as a sans-IO state machine.
+"""The family's routing core, and MDP/0.2's broker, as a sans-IO state machine.
 
 Theory of operation
 -------------------
 The broker is driven entirely by calls; it never reads a clock, opens a socket or draws a random
-number. Inputs are ``receive(peer, frames, now)`` (one message from the ROUTER, identity frame
-removed), ``tick(now)``, and the I/O layer's feedback ``peer_unreachable`` / ``peer_congested``.
-Outputs are the events each call returns, the outbox drained by ``take_outgoing()`` and
-``next_deadline()``, the time by which ``tick`` should next be called.
+number. Inputs are ``receive(peer, frames, now)`` (one MDP/0.2 message from the ROUTER, identity
+frame removed: the core's own fast path), ``command(peer, CoreCommand, now)`` and ``invalid``
+(a message of any dialect, as its codec decoded it: FAM-10), ``tick(now)``, and the I/O layer's
+feedback ``peer_unreachable`` / ``peer_congested``. Outputs are the events each call returns,
+the outbox drained by ``take_outgoing()`` (MDP/0.2 frames; ``take_outbox`` when some peers are
+neutral and are sent ``CoreCommand``s) and ``next_deadline()``, the time by which ``tick``
+should next be called.
 
 Delivery (MDP-D-24): a message taken by ``take_outgoing`` is *in flight* until the runtime has
 tried to send it. A send that fails is reported with ``peer_congested`` / ``peer_unreachable``,
@@ -42,7 +45,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from types import MappingProxyType
-from typing import Any, Final, TypeAlias
+from typing import TYPE_CHECKING, Any, Final, TypeAlias
 
 from . import mdp
 from .commands import HEARTBEAT, LEAVE, Command, CoreCommand, Role
@@ -695,22 +698,19 @@ class Broker:
         """When ``tick`` should next be called (it may be early; never late), or None."""
         return self._timers.earliest()
 
-    def take_outgoing(self) -> list[tuple[bytes, Relayed]]:
-        """Drain the outbox: ``(peer, frames)`` pairs to send on the ROUTER, in order.
-
-        Every message is MDP/0.2 frames unless a peer was given neutral traits (then use
-        ``take_outbox``). Body frames are the very objects ``receive`` was given (MDP-S-03).
-        Taking an outbox says that the one taken before was tried in full (MDP-D-24): send it
-        in order, report each peer that could not take a message with ``peer_congested`` or
-        ``peer_unreachable`` (``unsent``: that message's index in this list) before taking the
-        next one, and call ``flushed`` when done.
-        """
-        return self.take_outbox()  # type: ignore[return-value]  # frames: no neutral peers
-
     def take_outbox(self) -> list[tuple[bytes, Outbound]]:
-        """``take_outgoing``, for a broker with neutral peers (``PeerTraits.neutral``): a
-        message to one is the neutral ``CoreCommand`` its codec encodes (FAM-10), a message to
-        any other is MDP/0.2 frames. ``FamilyBroker`` takes its core's outbox so."""
+        """Drain the outbox: ``(peer, message)`` pairs to send, in order (``take_outgoing``).
+
+        A message is MDP/0.2 frames, to send on the ROUTER behind the peer's identity, unless
+        the peer was given neutral traits (``PeerTraits.neutral``): then it is the neutral
+        ``CoreCommand`` its dialect's codec encodes (FAM-10; ``FamilyBroker`` takes its core's
+        outbox so). A broker that gave no peer neutral traits holds frames only, and
+        ``take_outgoing`` is the same call typed so. Body frames are the very objects
+        ``receive`` was given (MDP-S-03). Taking an outbox says that the one taken before was
+        tried in full (MDP-D-24): send it in order, report each peer that could not take a
+        message with ``peer_congested`` or ``peer_unreachable`` (``unsent``: that message's
+        index in this list) before taking the next one, and call ``flushed`` when done.
+        """
         outbox = self._outbox
         self._outbox = []
         # Numbers matter only while a reply awaits its flush: an outbox taken with none pending
@@ -719,6 +719,16 @@ class Broker:
             self._base = taken = self._taken
             self._taken = taken + len(outbox)
         return outbox
+
+    if TYPE_CHECKING:
+
+        def take_outgoing(self) -> list[tuple[bytes, Relayed]]:
+            """Drain the outbox of a broker with no neutral peers: ``(peer, frames)`` pairs
+            to send on the ROUTER, in order; see ``take_outbox``."""
+            ...
+
+    else:
+        take_outgoing = take_outbox  # the same call: no cost on the request cycle
 
     def flushed(self) -> list[RequestCompleted]:
         """The runtime tried every message it took: ``RequestCompleted`` for the FINALs sent.
@@ -1360,8 +1370,8 @@ class Broker:
             # Its one request is done: it leaves before it could be handed another.
             self._remove_worker(worker, now, events, disconnect_sent=False, reason="spent")
             return
-        if worker.timer_at > now + self._span:  # its timer was for a busy span (FAM-09)
-            self._arm_worker_timer(worker)
+        if self._traits and worker.timer_at > now + self._span:
+            self._arm_worker_timer(worker)  # its timer was for a busy span (FAM-09)
         record = self._dispatcher.service(worker.service)
         assert record is not None
         if record.queue:  # the worker is idle again: a waiting request goes to it

@@ -45,7 +45,7 @@ from dataclasses import replace
 from enum import Enum
 
 from .broker import Broker, BrokerConfig, Outbound, PeerState, PeerTraits, WorkerView
-from .commands import CoreCommand, Role
+from .commands import Command, CoreCommand, Role
 from .dialects import (
     CODECS,
     MDPC02,
@@ -88,8 +88,13 @@ Outgoing = tuple[int, bytes, Relayed]  # (connection, routing id, frames): one m
 
 _KEY_PREFIX = b"\x00\xffdomo:"
 _REGISTERED = (PeerState.IDLE, PeerState.BUSY)
-_UNKNOWN = (MDP02, 0)  # not a family message: the core refuses it, as MDP/0.2's
+_UNKNOWN = (MDP02, 0, Role.WORKER)  # not a family message: refused as MDP/0.2's garbage
 _MDP02_HEADERS = (MDPC02, MDPW02)  # an MDP/0.2 message's first frame
+_CLIENT, _PARTIAL = Role.CLIENT, Command.PARTIAL
+# Routes of peers that hold nothing now, kept for their next request (REQREP-06): a REQ client
+# asks again and again, under the same key; beyond this many, the oldest is forgotten.
+IDLE_KEYS = 4096
+_KEY_CACHE = 8192  # (connection, routing id, envelope, dialect) -> key, cleared when full
 _ENDED = (RequestCompleted, RequestExpired, RequestDropped, MmiReplied)  # events naming a client
 _GONE = (WorkerExpired, WorkerDisconnected)
 _MDP02_NAME = str(Dialect.MDP02.value)
@@ -221,6 +226,10 @@ class FamilyBroker:
         # (connection, routing id) -> the peer keys behind it
         self._keys_of: dict[tuple[int, bytes], dict[bytes, None]] = {}
         self._maybe_done: dict[bytes, None] = {}  # keys to forget once their messages are out
+        self._idle: dict[
+            bytes, None
+        ] = {}  # routes kept for their peers' next request, oldest first
+        self._key_cache: dict[tuple[int, bytes, tuple[bytes, ...], Enum], bytes] = {}
         self._withheld: list[int] = []  # core outbox indexes of the last outbox not sent at all
         # Messages a dialect's ``answer`` sends, ahead of the core's next outbox.
         self._answers: list[Outgoing] = []
@@ -254,17 +263,19 @@ class FamilyBroker:
         """Handle one message from routing id ``peer`` on ``connection``, in whatever dialect
         it speaks."""
         if connection == 0:
-            # The hot path: an MDP/0.2 header needs no detection.
-            mdp02 = frames and frames[0] in _MDP02_HEADERS
-            found = None if mdp02 else self.registry.detect(frames)
-            if found is None or found[0].dialect is Dialect.MDP02:
-                events = self.core.receive(peer, frames, now)  # garbage too: the core says why
-                if self._routes:  # a worker's FINAL may end a dialect client's request
+            # The hot path: an MDP/0.2 peer's frames go to the core as they are.
+            if frames and frames[0] in _MDP02_HEADERS:
+                events = self.core.receive(peer, frames, now)
+                # A worker's FINAL may end a dialect client's request; idle routes hold none.
+                if len(self._routes) > len(self._idle):
                     self._note(events)
                 return events
+            found = self.registry.find(frames)
+            if found is None:
+                return self.core.receive(peer, frames, now)  # garbage: the core says why
         else:
-            found = self.registry.detect(frames) or _UNKNOWN
-        codec, hops = found
+            found = self.registry.find(frames) or _UNKNOWN
+        codec, hops, role = found
         if self._layers and codec.dialect in self._layers:
             events = self._layers[codec.dialect].receive(peer, frames[hops + 1 :], now, connection)
             self._note(events, follow=False)  # the layer followed what it made the core do
@@ -277,41 +288,43 @@ class FamilyBroker:
                 events = self.core.tick(now)
                 events.append(ProtocolViolation(peer, wrong[0], wrong[1], "dropped", now))
                 return events
+        own = self._key_of(peer, envelope, codec.dialect, connection)
         request_key = None
         client = None
+        key = own
         if codec.request_key is not None:  # a dialect with several requests per client
             split = codec.request_key(message)
             if split is not None:
-                command = message[1] if len(message) > 1 else b""
-                asks = codec.claims(message[0], command) is Role.CLIENT  # a worker's: not
                 request_key, message = split
-                client = peer_key(peer, envelope, codec.dialect, connection)
                 if not request_key:  # a request that names none: numbered per client (FAM-08)
-                    serial = self._serials.get(client, 0) + 1
-                    self._serials[client] = serial
+                    serial = self._serials.get(own, 0) + 1
+                    self._serials[own] = serial
                     request_key = b"#%d" % serial
-                key = request_key_of(client, request_key)
-                if not asks:
-                    client = None
-            else:
-                key = peer_key(peer, envelope, codec.dialect, connection)
-        else:
-            key = peer_key(peer, envelope, codec.dialect, connection)
+                key = request_key_of(own, request_key)
+                if role is _CLIENT:  # a client's request counts against it; a worker's not
+                    client = own
         route = self._routes.get(key)
-        if route is None:
-            context = () if codec.reply_context is None else codec.reply_context(message)
-            route = PeerRoute(
-                peer, envelope, codec.dialect, connection, request_key, codec, context
-            )
+        if route is None or key in self._idle:
+            parked = route is not None
+            if route is None:
+                context = () if codec.reply_context is None else codec.reply_context(message)
+                route = PeerRoute(
+                    peer, envelope, codec.dialect, connection, request_key, codec, context
+                )
+            else:
+                del self._idle[key]
             if client is not None:  # FAM-05, FAM-07: counted against its client
                 refused = self._count(route, key, client, now, message)
-                if refused is not None:  # no route is kept for it
+                if refused is not None:  # nothing more is kept of it
+                    if parked:
+                        self._idle[key] = None
                     return refused
-            self._routes[key] = route
-            self._keys_of.setdefault((connection, peer), {})[key] = None
+            if not parked:
+                self._routes[key] = route
+                self._keys_of.setdefault((connection, peer), {})[key] = None
+                self.core.set_traits(key, self._traits_of(codec))
             self._maybe_done[key] = None  # a first message that was refused leaves nothing
-            self.core.set_traits(key, self._traits_of(codec))
-        if codec.answer is None:
+        if codec.answer is None or role is _CLIENT:  # an answer is to a worker's message
             events = self._to_core(key, codec, message, now)
         else:
             before = self.core.worker_state(key)
@@ -352,7 +365,8 @@ class FamilyBroker:
             self._answered = 0
         if self._refusals_at is not None:  # this outbox's refusals, if any, are placed below
             self._refusals_at = None
-        if self._routes or self._answers or self._sent_by_layers:
+        # MDP/0.2 peers alone (idle routes hold nothing): the frames as the core wrote them.
+        if len(self._routes) > len(self._idle) or self._answers or self._sent_by_layers:
             self._core_taken = len(outbox)
             out = self._translate(outbox)
             if self._answers or self._sent_by_layers:  # they lead: DCP's answers, the layers'
@@ -374,7 +388,7 @@ class FamilyBroker:
     def flushed(self) -> list[RequestCompleted]:
         """As ``Broker.flushed``: the FINALs the runtime sent are completed (MDP-D-24)."""
         events = self.core.flushed()
-        if self._routes:
+        if len(self._routes) > len(self._idle):
             self._note(events, follow=False)  # completions: nothing for a layer to do
         # Only after the flush: a send that failed was reported to the keys behind its routing id.
         if self._maybe_done:
@@ -390,7 +404,10 @@ class FamilyBroker:
         at = self._core_index(unsent)
         events = self.core.peer_unreachable(peer, now, unsent=at) if connection == 0 else []
         for key in list(self._keys_of.get((connection, peer), ())):
-            events += self.core.peer_unreachable(key, now, unsent=at)
+            if key in self._idle:
+                self._forget_key(key)  # a peer that holds nothing and is gone: forgotten
+            else:
+                events += self.core.peer_unreachable(key, now, unsent=at)
         for layer in self._layers.values():
             layer.peer_gone(peer, connection)
         self._note(events)
@@ -455,8 +472,8 @@ class FamilyBroker:
 
     def route(self, key: bytes) -> PeerRoute | None:
         """How a peer key is reached, or None for an MDP/0.2 peer on connection 0 (its key is
-        its routing id)."""
-        return self._routes.get(key)
+        its routing id) and for a key whose peer holds nothing now (REQREP-06)."""
+        return None if key in self._idle else self._routes.get(key)
 
     def address(self, key: bytes) -> tuple[int, bytes]:
         """The (connection, routing id) of the peer the core knows as ``key``."""
@@ -469,9 +486,14 @@ class FamilyBroker:
         route = self._routes.get(key)
         return _MDP02_NAME if route is None else str(route.dialect.value)
 
+    def idle(self) -> int:
+        """How many routes are kept for idle peers' next request (at most ``IDLE_KEYS``)."""
+        return len(self._idle)
+
     def keys(self) -> int:
-        """How many peers the broker knows by a key now (bounded: see the module docstring)."""
-        return len(self._routes)
+        """How many peers the broker holds something of by a key now (bounded: see the module
+        docstring); not counting the routes kept for idle peers' next request (REQREP-06)."""
+        return len(self._routes) - len(self._idle)
 
     # -- for layers (domo.protocol.layers: the LayerHost protocol) --------------------------
 
@@ -488,7 +510,10 @@ class FamilyBroker:
         forgotten as any key's. ``traits``: the key's in the core (None: the dialect's), always
         neutral (FAM-10)."""
         key = peer_key(peer, (), codec.dialect, connection, request_key)
-        if key not in self._routes:
+        if key in self._idle:
+            del self._idle[key]
+            self._maybe_done[key] = None
+        elif key not in self._routes:
             route = PeerRoute(peer, (), codec.dialect, connection, request_key, codec)
             route.layer = self._layers.get(codec.dialect)
             self._routes[key] = route
@@ -623,7 +648,7 @@ class FamilyBroker:
             command: CoreCommand = payload  # type: ignore[assignment]  # a key is neutral
             if route.layer is not None:
                 encoded = route.layer.encode(key, route, command)
-            elif withheld(route.codec, command):
+            elif command.command is _PARTIAL and withheld(route.codec, command):
                 encoded = None  # MDP01-05, REQREP-05, DCP-25: its client takes no PARTIAL
             else:
                 encoded = route.codec.encode(route, command, routes.get)
@@ -662,27 +687,52 @@ class FamilyBroker:
                 maybe_done[peer] = None
 
     def _forget_idle_keys(self) -> None:
+        core, routes, idle = self.core, self._routes, self._idle
         for key in self._maybe_done:
-            # A silenced key is forgotten too: the core sends nothing to it, and if it speaks
+            # A silenced key is parked too: the core sends nothing to it, and if it speaks
             # again its address and envelope give it the same key.
-            if self.core.holds(key) or self.core.worker_state(key) in _REGISTERED:
+            if key in idle or core.holds(key) or core.worker_state(key) in _REGISTERED:
                 continue
-            self._forget_key(key)
+            route = routes.get(key)
+            if route is None:
+                continue
+            if route.client is not None:  # FAM-05, FAM-07: no longer counted against it
+                self._uncount(route.client, key)
+                route.client = None
+            idle[key] = None  # REQREP-06: kept for the peer's next request, bounded
+            if len(idle) > IDLE_KEYS:
+                self._forget_key(next(iter(idle)))
         self._maybe_done.clear()
+
+    def _uncount(self, client: bytes, key: bytes) -> None:
+        held = self._requests_of[client]
+        del held[key]
+        if not held:
+            del self._requests_of[client]
+            self._serials.pop(client, None)  # FAM-08: numbered afresh
 
     def _forget_key(self, key: bytes) -> None:
         route = self._routes.pop(key, None)
         if route is None:
             return
+        self._idle.pop(key, None)
         self.core.set_traits(key, None)
-        if route.client is not None:  # FAM-05, FAM-07: no longer counted against its client
-            held = self._requests_of[route.client]
-            del held[key]
-            if not held:
-                del self._requests_of[route.client]
-                self._serials.pop(route.client, None)  # FAM-08: numbered afresh
+        if route.client is not None:
+            self._uncount(route.client, key)
         address = (route.connection, route.routing_id)
         keys = self._keys_of[address]
         del keys[key]
         if not keys:
             del self._keys_of[address]
+
+    def _key_of(
+        self, peer: bytes, envelope: tuple[bytes, ...], dialect: Enum, connection: int
+    ) -> bytes:
+        """``peer_key``, remembered for the peers seen last (a key is costly to make)."""
+        at = (connection, peer, envelope, dialect)
+        key = self._key_cache.get(at)
+        if key is None:
+            if len(self._key_cache) >= _KEY_CACHE:
+                self._key_cache.clear()
+            key = self._key_cache[at] = peer_key(peer, envelope, dialect, connection)
+        return key

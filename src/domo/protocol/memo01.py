@@ -53,7 +53,7 @@ from .events import (
     WorkerExpired,
     WorkerRegistered,
 )
-from .family import FamilyBroker, Outgoing, peer_key
+from .family import FamilyBroker, Outgoing
 from .mdp import BodyFrame, Relayed
 from .timers import DeadlineHeap
 
@@ -571,7 +571,7 @@ class Memo01Broker(FamilyBroker):
     # -- the core's side -----------------------------------------------------------------------
 
     def _key(self, connection: int, rid: bytes) -> bytes:
-        return rid if connection == 0 else peer_key(rid, (), Dialect.MDP02, connection)
+        return rid if connection == 0 else self._key_of(rid, (), Dialect.MDP02, connection)
 
     def _feed(
         self,

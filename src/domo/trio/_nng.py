@@ -219,6 +219,7 @@ class NngConnection:
         # NNG pipes that closed while requests of theirs were held: a reply to one of those is
         # EHOSTUNREACH, as a ROUTER's to a peer that left (MDP-D-15), not a send into nothing.
         self._held_per_pipe: dict[bytes, int] = {}
+        self._known_pipes: set[bytes] = set()  # pipes a message came on, until they close
         self._dead_pipes: set[bytes] = set()
         self._trio_token: trio.lowlevel.TrioToken | None = None
         self._socket.add_post_pipe_remove_cb(self._on_pipe_removed)
@@ -305,6 +306,7 @@ class NngConnection:
             slot.decided = trio.Event()
             self._held[token] = slot
             self._held_per_pipe[token[:8]] = held_here + 1
+            self._known_pipes.add(token[:8])  # its closing is news to the broker (MEMO-23)
             self._inbox.append([token, data])
             del data
             self._arrived.set()
@@ -398,10 +400,13 @@ class NngConnection:
     def _pipe_gone(self, pipe: bytes) -> None:
         if self._held_per_pipe.get(pipe):
             self._dead_pipes.add(pipe)
-        # The broker hears of it as a message of no frames from the pipe: a busy memo01
-        # worker whose JOB went out on it is gone, and its job goes back at once (MEMO-23).
-        self._inbox.append([pipe])
-        self._arrived.set()
+        # The broker hears of a pipe it had a message from as a message of no frames from
+        # that pipe: a busy memo01 worker whose JOB went out on it is gone, and its job goes
+        # back at once (MEMO-23).
+        if pipe in self._known_pipes:
+            self._known_pipes.discard(pipe)
+            self._inbox.append([pipe])
+            self._arrived.set()
         if self._on_event is not None:
             closed = ConnectionClosed(self.endpoint, CLOSED_REASON, "MDP-D-31", trio.current_time())
             self._on_event([closed])

@@ -22,9 +22,8 @@ and the context (if the broker made it) is terminated.
 from __future__ import annotations
 
 import logging
-import os
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from functools import partial
 from typing import Any
 
@@ -35,30 +34,15 @@ from zmq.utils.monitor import parse_monitor_message
 from domo.curve import CurveServer, NngTls, ZapHandler
 from domo.protocol import BrokerConfig
 from domo.protocol.events import BrokerEvent, ConnectionClosed
-from domo.protocol.family import FamilyBroker
 from domo.protocol.mdp import BodyFrame
 from domo.runtime.pumping import RoutedOutbox
+from domo.runtime.serving import NNG_EXTRA_HINT, NNG_SCHEME, Admit, BrokerService, require_nng
 
 from ._drain import Drain
-from ._pump import RouterPump, log_event
+from ._pump import RouterPump
 from ._transport import Connection, Transport, ZmqConnection, ZmqTransport
 
-__all__ = ["NNG_EXTRA_HINT", "require_nng", "serve_broker"]
-
-NNG_SCHEME = "nng+"  # nng+tcp://, nng+ipc://: memo01 on an NNG rep0 socket (MEMO-21)
-NNG_EXTRA_HINT = "memo01 on nng+tcp:// or nng+ipc:// needs the nng extra: pip install 'domo[nng]'"
-
-
-def require_nng() -> Any:
-    """The memo01 layer (``domo.protocol.memo01``), or an error that says how to install it."""
-    try:
-        import cbor2  # noqa: F401
-        import pynng  # noqa: F401
-    except ImportError as error:
-        raise RuntimeError(f"{NNG_EXTRA_HINT} ({error})") from None
-    from domo.protocol import memo01
-
-    return memo01
+__all__ = ["NNG_EXTRA_HINT", "NNG_SCHEME", "require_nng", "serve_broker"]
 
 
 logger = logging.getLogger("domo.broker")
@@ -110,20 +94,6 @@ async def _report_closed(
         monitor.close(0)
 
 
-def _gated(
-    receive: Callable[..., list[BrokerEvent]],
-    admit: Callable[[Sequence[BodyFrame], float], bool],
-) -> Callable[..., list[BrokerEvent]]:
-    """``receive`` behind a gate: a message ``admit`` refuses never reaches the core."""
-
-    def gated(
-        peer: bytes, frames: Sequence[BodyFrame], now: float, *more: Any
-    ) -> list[BrokerEvent]:
-        return receive(peer, frames, now, *more) if admit(frames, now) else []
-
-    return gated
-
-
 async def serve_broker(
     *endpoints: str,
     config: BrokerConfig | None = None,
@@ -134,7 +104,7 @@ async def serve_broker(
     hwm: int = 10_000,
     linger: float = 0.5,
     curve: CurveServer | None = None,
-    admit: Callable[[Sequence[BodyFrame], float], bool] | None = None,
+    admit: Admit | None = None,
     nng_tls: NngTls | None = None,
     drain: Drain | None = None,
     task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
@@ -170,35 +140,24 @@ async def serve_broker(
     ``admit(frames, now)``, if given, sees each message (routing id removed) before the core
     and drops it by answering False: the gate of a Binary Star pair (``domo.binarystar``).
     """
-    if not endpoints:
-        raise ValueError("serve_broker needs at least one endpoint")
-    nng = [index for index, endpoint in enumerate(endpoints) if endpoint.startswith(NNG_SCHEME)]
     _check_nng_security(endpoints, curve, nng_tls)
-    broker: FamilyBroker
-    if nng:
-        # memo01 on NNG (specs/memo01.md): the same core behind a layer that speaks it. The
-        # epoch is drawn here (the core draws nothing) so a restart's ids differ (MEMO-10).
-        memo_layer = require_nng()
-        memo_config = memo_layer.Memo01Config(epoch=os.urandom(4))
-        broker = memo_layer.Memo01Broker(config, memo_connections=nng, memo=memo_config)
-    else:
-        broker = FamilyBroker(config)  # MDP/0.2, and the dialects of domo.protocol.dialects
-    if admit is not None:
-        broker.receive = _gated(broker.receive, admit)  # type: ignore[method-assign]
-    recorder = None
-    if trace_dir is not None:
-        from domo.trace import TraceRecorder  # pyarrow is an extra; import only when tracing
-
-        recorder = TraceRecorder(
-            trace_dir, wall_anchor=time.time() - trio.current_time(), dialect_of=broker.dialect_of
-        )
+    service = BrokerService(
+        endpoints,
+        config,
+        on_event=on_event,
+        trace_dir=trace_dir,
+        admit=admit,
+        wall_offset=time.time() - trio.current_time(),
+        logger=logger,
+    )
+    broker, emit = service.broker, service.emit
     if curve is not None and transport is not None:
         raise ValueError("curve applies to the default ZeroMQ transport, not to a given one")
     limits = broker.config
     # A ZeroMQ pipe is one peer's: it holds at most max_peer_bytes (MDP-D-27). An NNG socket
     # is every peer's at once (a context per request in flight), so it keeps ``hwm``.
     socket_hwm = hwm
-    hwm = min(hwm, limits.pipe_messages)
+    hwm = service.pipe_messages(hwm)
     net = (
         transport
         if transport is not None
@@ -210,15 +169,6 @@ async def serve_broker(
         )
     )
     zap = None
-
-    def emit(events: Iterable[BrokerEvent]) -> None:
-        for event in events:
-            log_event(logger, event)
-            if on_event is not None:
-                on_event(event)
-            if recorder is not None:
-                recorder.on_event(event)
-
     conns: list[Connection[BodyFrame]] = []
     try:
         if curve is not None and curve.allow is not None:
@@ -276,9 +226,7 @@ async def serve_broker(
                     nursery.start_soon(drain.run, broker.core)
         finally:
             # The pumps have stopped: this task is now the only user of every socket.
-            now = max(trio.current_time(), broker.now)
-            emit(broker.shutdown(now))
-            outbox.flush_all(conns, now, emit)
+            service.stop(trio.current_time(), partial(outbox.flush_all, conns, emit=emit))
     finally:
         try:
             for conn in conns:
@@ -287,5 +235,4 @@ async def serve_broker(
             if zap is not None:
                 zap.stop()  # its socket closes before the context is terminated
             await net.aclose()
-            if recorder is not None:
-                recorder.close()
+            service.close()

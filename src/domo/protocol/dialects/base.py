@@ -184,8 +184,8 @@ class DialectCodec:
     - ``reply_context(message)``: what the broker keeps, with a keyed request's route, to put in
       the reply (``PeerRoute.context``).
     - ``answer(message, before, after)``: a message the broker sends the peer itself, right
-      after the core had its message, from its worker side's ``PeerState`` before and after
-      (a DCP pong, reconnect or registration echo).
+      after the core had its message (one its codec claims as a worker's), from its worker
+      side's ``PeerState`` before and after (a DCP pong, reconnect or registration echo).
 
     ``dialect`` is a ``Dialect`` for the built-in dialects; a dialect of one's own may use any
     ``Enum`` member with a ``str`` value (it names the dialect in peer keys).

@@ -60,13 +60,25 @@ class Registry:
     def detect(self, frames: Sequence[BodyFrame]) -> tuple[DialectCodec, int] | None:
         """The codec of ``frames`` and the length of its envelope, or None (not a family
         message); see ``detect``."""
+        found = self.find(frames)
+        return None if found is None else (found[0], found[1])
+
+    def find(self, frames: Sequence[BodyFrame]) -> tuple[DialectCodec, int, Role] | None:
+        """``detect``, with the role its codec claims the message for."""
         if not frames:
             return None
-        for codec in self._undelimited:
-            if codec.claims(frames[0], _command(frames, 1)) is not None:
-                return codec, 0
-        at = delimiter_at(frames)
-        if at is None:
+        first = frames[0]
+        if first:  # no empty frame first: an undelimited dialect's, or an envelope
+            for codec in self._undelimited:
+                role = codec.claims(first, _command(frames, 1))
+                if role is not None:
+                    return codec, 0, role
+            at = delimiter_at(frames)
+            if at is None:
+                return None
+        else:
+            at = 0
+        if len(frames) < at + 2:
             return None
         header, command = frames[at + 1], _command(frames, at + 2)
         for codec in self._delimited:
@@ -75,7 +87,7 @@ class Registry:
                 continue
             if at and (role is Role.WORKER or not codec.capabilities.client_hops):
                 continue  # MDP01-02, MAJ-01: workers are never behind hops
-            return codec, at
+            return codec, at, role
         return None
 
 

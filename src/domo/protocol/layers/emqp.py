@@ -7,12 +7,11 @@ broker sends first. The layer keeps that state and speaks to the core in the cor
 terms, so routing, queueing, expiry and re-dispatch stay the core's (one implementation for
 every dialect):
 
-- A *slot* (one READY, EMQP-06) is one core worker per queue of its worker, each under its own
-  peer key (``FamilyBroker.key_for``, as a keyed client's requests are): the core's per-service
-  queues and least-recently-used dispatch then serve eMQP's queues as they serve MDP services.
-  When the core hands one of them a request, the layer withdraws the others (DISCONNECT in the
-  core's terms), and the core ends that one with the request (``Broker.single_use``, EMQP-07):
-  credits are never spent twice and never kept after use.
+- A *slot* (one READY, EMQP-06) is a group of seats (``layers.seats``): one single-use core
+  registration per queue of its worker, so the core's per-service queues and
+  least-recently-used dispatch serve eMQP's queues as they serve MDP services; when the core
+  hands one of them a request the others are withdrawn, and the core ends that one with the
+  request (EMQP-07): credits are never spent twice and never kept after use.
 - A client's request is a core client under a key made from its MSGID (EMQP-08), so one client
   may have any number outstanding, as its ``DialectCodec.request_key`` says.
 - What the core sends to these keys is translated back (``encode``): REQUEST with the client's
@@ -31,9 +30,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Final, cast
 
-from ..broker import PeerState, PeerTraits
 from ..commands import Command, CoreCommand, Role
 from ..dialects.base import RouteView
 from ..dialects.emqp import (
@@ -74,6 +72,7 @@ from ..events import (
 from ..mdp import BodyFrame, Relayed
 from ..timers import DeadlineHeap
 from .base import LayerHost
+from .seats import Seat, Seats
 
 __all__ = ["MAX_CREDITS", "EmqpLayer", "credit_cap"]
 
@@ -96,9 +95,7 @@ def credit_cap(pipe_messages: int) -> int:
 
 _WORKER, _CLIENT = Role.WORKER, Role.CLIENT
 _REGISTER, _REQUEST, _FINAL = Command.REGISTER, Command.REQUEST, Command.FINAL
-# A slot's traits in the core: the worker's liveness is the layer's one clock (EMQP-15), so
-# the core neither expects nor sends heartbeats on its slots, and tells them no DISCONNECT.
-_SLOT_TRAITS: Final = PeerTraits(heartbeats_expected=False, heartbeats_sent=False, disconnect=False)
+_SLOT_TAG: Final = b"\x00slot:"  # a slot's seats' request keys: tag, slot number, queue
 _LEAVING = (KBYE, KBAI, DISCONNECT)
 _REFUSED = {
     SCHEDULE: "SCHEDULE is not supported by this broker: run jobs on a timer in the client",
@@ -118,17 +115,7 @@ class _Worker:
     last_heard: float
     heartbeat_due: float
     timer_at: float = 0.0
-    next_slot: int = 0
-    slots: dict[int, list[bytes]] = field(default_factory=dict)  # slot -> its live core keys
-    busy: set[int] = field(default_factory=set)  # slots handed a request
     jobs: dict[bytes, tuple[bytes, bytes]] = field(default_factory=dict)  # msgid -> (key, client)
-
-
-@dataclass(frozen=True, slots=True)
-class _Slot:
-    worker: _Worker
-    number: int
-    queue: bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,7 +149,7 @@ class EmqpLayer:
         self.max_credits = credit_cap(config.pipe_messages)
         """The free slots one worker may hold (EMQP-06)."""
         self._workers: dict[Address, _Worker] = {}
-        self._slots: dict[bytes, _Slot] = {}  # core key -> its slot
+        self._seats = Seats(host, EMQP)  # every worker's slots, as groups of seats
         self._outgoing: dict[bytes, _Job] = {}  # slot key -> the request the core just gave it
         self._asked: dict[bytes, _Asked] = {}  # eMQP client key -> its request
         self._timers: DeadlineHeap[_Worker] = DeadlineHeap()
@@ -217,15 +204,16 @@ class EmqpLayer:
     def follow(self, events: list[BrokerEvent], start: int = 0) -> None:
         """React to what the core did (appending what that makes it do): a slot handed a
         request, a slot or a request gone."""
+        if not self._seats and not self._asked:
+            return  # no eMQP peer: nothing to follow
         at = start
         while at < len(events):
             event = events[at]
             at += 1
             if isinstance(event, RequestDispatched):
-                if event.worker in self._slots:
-                    if self._core.worker_state(event.worker) is not PeerState.BUSY:
-                        continue  # withdrawn in the same call: the request went back (EMQP-06)
-                    self._on_dispatched(event, events)
+                seat = self._seats.dispatched(event.worker, event.at, events)  # EMQP-06
+                if seat is not None:
+                    self._on_dispatched(event, seat, events)
                 asked = self._asked.get(event.client)
                 if asked is not None and event.attempt == 1:
                     # EMQP-11: the request is submitted to a worker.
@@ -276,6 +264,7 @@ class EmqpLayer:
         worker = self._workers.pop((connection, peer), None)
         if worker is not None:
             worker.jobs.clear()
+            self._seats.forget(worker.address)  # the core drops its seats itself
 
     def shutdown(self, now: float) -> list[BrokerEvent]:
         """EMQP-19: KBYE to every worker (EventMQ's jobmanager reconnects on its own)."""
@@ -347,39 +336,20 @@ class EmqpLayer:
         self._arm(worker)
 
     def _on_ready(self, worker: _Worker, now: float, events: list[BrokerEvent]) -> None:
-        if len(worker.slots) - len(worker.busy) >= self.max_credits:
+        if self._seats.free(worker.address) >= self.max_credits:
             raise BadInput("EMQP-06", f"more than {self.max_credits} free slots")
-        number = worker.next_slot
-        worker.next_slot += 1
-        keys: list[bytes] = []
-        worker.slots[number] = keys
         connection, peer = worker.address
-        for _, queue in worker.queues:  # EMQP-06: in the order the worker listed them
-            tag = b"\x00slot:%d:" % number + queue
-            key = self._host.key_for(peer, EMQP, connection, tag, _SLOT_TRAITS)
-            self._slots[key] = _Slot(worker, number, queue)
-            keys.append(key)
-            got = self._core.command(key, CoreCommand(_WORKER, _REGISTER, queue), now)
-            self._core.single_use(key)  # EMQP-07
-            events += got
-            if any(isinstance(e, RequestDispatched) and e.worker == key for e in got):
-                break  # handed a request at once: its other queues are not offered
+        queues = [queue for _, queue in worker.queues]  # EMQP-06: in the order it listed them
+        self._seats.offer(worker.address, peer, connection, queues, now, events, _SLOT_TAG)
 
-    def _on_dispatched(self, event: RequestDispatched, events: list[BrokerEvent]) -> None:
-        key = event.worker
-        slot = self._slots[key]
-        worker, now = slot.worker, event.at
-        keys = worker.slots.setdefault(slot.number, [])
-        siblings = [k for k in keys if k != key]
-        if siblings:
-            # EMQP-06: one request per slot. A sibling handed another request in the same call
-            # (several going back to their queues at once) gives it back, unsent and uncounted.
-            events += self._core.withdraw(siblings, now, unsent=True)
-        keys[:] = [key]
-        worker.busy.add(slot.number)
+    def _on_dispatched(
+        self, event: RequestDispatched, seat: Seat, events: list[BrokerEvent]
+    ) -> None:
+        key, now = event.worker, event.at
+        worker = self._workers[cast(Address, seat.owner)]  # its seats are live
         asked = self._asked.get(event.client)
         if asked is not None:
-            job = _Job(asked.msgid, slot.queue, asked.headers)
+            job = _Job(asked.msgid, seat.service, asked.headers)
             reply = asked.reply
         else:
             # EMQP-20: another dialect's client; its first body frame is the job.
@@ -394,7 +364,7 @@ class EmqpLayer:
                 events += self._core.command(key, final, now)
                 self._on_ready(worker, now, events)  # the worker never saw it: its credit stands
                 return
-            job = _Job(self._new_id(), slot.queue, b"reply-requested")
+            job = _Job(self._new_id(), seat.service, b"reply-requested")
             reply = True
         self._outgoing[key] = job
         if reply:
@@ -417,18 +387,9 @@ class EmqpLayer:
         events += self._core.command(key, final, now)
 
     def _slot_gone(self, key: bytes) -> None:
-        slot = self._slots.pop(key, None)
-        if slot is None:
-            return
-        self._host.forget_later(key)  # its REQUEST, if any, is still to be encoded
-        worker = slot.worker
-        keys = worker.slots.get(slot.number)
-        if keys is not None and key in keys:
-            keys.remove(key)
-            if not keys:
-                del worker.slots[slot.number]
-                worker.busy.discard(slot.number)
-        if worker.jobs:
+        seat = self._seats.gone(key)
+        worker = None if seat is None else self._workers.get(cast(Address, seat.owner))
+        if worker is not None and worker.jobs:
             for msgid, (held, _) in list(worker.jobs.items()):
                 if held == key:
                     del worker.jobs[msgid]
@@ -440,9 +401,8 @@ class EmqpLayer:
         EMQP-15): its slots are withdrawn, its requests go back to their queues (EMQP-14,
         EMQP-16)."""
         self._workers.pop(worker.address, None)
-        keys = [key for slot in worker.slots.values() for key in slot]
-        # together: none goes to a sibling slot
-        events += self._core.withdraw(keys, now, expired=expired)
+        worker.jobs.clear()
+        self._seats.withdraw(worker.address, now, events, expired=expired)
 
     def _heartbeat(self, worker: _Worker, now: float) -> None:
         # EMQP-24: the broker's clock, not wall time; EventMQ's peers do not read it.
