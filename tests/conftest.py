@@ -20,6 +20,7 @@ longer lets a plugin rewrite.)
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -75,6 +76,20 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                     f"{item.nodeid} takes the {fixture} fixture: add its path to the "
                     f"{group!r} group of tests/conftest.py's GROUPS (one worker makes it once)"
                 )
+
+
+@pytest.fixture(scope="session")
+def eventmq_python() -> Path:
+    """The python of a virtualenv with EventMQ 0.3.13, made once and reused (eventmq_venv):
+    for tests/interop and the README's EventMQ blocks (tests/docs), in the eventmq group."""
+    from tests.interop import eventmq_venv
+
+    try:
+        return eventmq_venv.eventmq_python()
+    except eventmq_venv.Offline as offline:
+        pytest.skip(str(offline))
+    except RuntimeError as failed:
+        raise AssertionError(str(failed)) from None
 
 
 @pytest.fixture(autouse=True)

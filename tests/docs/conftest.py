@@ -1,15 +1,11 @@
-"""Fixtures of the docs' tests: ``processes`` starts subprocesses, all stopped at the end;
-``eventmq_python`` is EventMQ's virtualenv (as in tests/interop), for the README's EventMQ
-blocks."""
+"""Fixtures of the docs' tests: ``processes`` starts subprocesses, all stopped at the end
+(``eventmq_python``, for the README's EventMQ blocks, is tests/conftest.py's)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
 import pytest
-
-from tests.interop import eventmq_venv
 
 from .processes import Process
 
@@ -29,14 +25,3 @@ def processes() -> Iterator[Callable[..., Process]]:
     finally:
         for process in reversed(started):
             process.stop()
-
-
-@pytest.fixture(scope="session")
-def eventmq_python() -> Path:
-    """The python of EventMQ 0.3.13's virtualenv, made once and shared (eventmq_venv)."""
-    try:
-        return eventmq_venv.eventmq_python()
-    except eventmq_venv.Offline as offline:
-        pytest.skip(str(offline))
-    except RuntimeError as failed:
-        raise AssertionError(str(failed)) from None

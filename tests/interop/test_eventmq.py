@@ -21,7 +21,6 @@ import pytest
 import trio
 
 from ..cli.conftest import StartDomo, run_domo
-from . import eventmq_venv
 
 pytestmark = [pytest.mark.io, pytest.mark.slow]
 
@@ -31,17 +30,6 @@ PEERS = HERE / "emqp_peers.py"
 # The jobmanager heartbeats every second (EVENTMQ_HEARTBEAT_INTERVAL); the broker's liveness
 # span (1 s x 5) leaves room for a loaded machine. EMQP-15.
 BEATS = ["--heartbeat-interval", "1", "--liveness", "5"]
-
-
-@pytest.fixture(scope="session")
-def eventmq_python() -> Path:
-    """The python of a virtualenv with EventMQ 0.3.13, made once and reused (eventmq_venv)."""
-    try:
-        return eventmq_venv.eventmq_python()
-    except eventmq_venv.Offline as offline:
-        pytest.skip(str(offline))
-    except RuntimeError as failed:
-        raise AssertionError(str(failed)) from None
 
 
 class Peer:

@@ -10,6 +10,8 @@ from typing import Final
 
 import trio
 
+from domo.metrics import NO_SERVICE, Status
+
 from ._common import EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE, _metrics_missing, _subcommand
 
 # --- domo status ------------------------------------------------------------------------------
@@ -57,6 +59,12 @@ async def _status(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(dataclasses.asdict(status)), flush=True)
         return EXIT_OK
+    print("\n".join(render(status)), flush=True)
+    return EXIT_OK
+
+
+def render(status: Status) -> list[str]:
+    """The lines of ``domo status`` for ``status``: the services' table, then the rest."""
     header = ("service", "idle", "busy", "queued", "completed", "expired", "dropped")
     rows = [
         (s.name, s.idle, s.busy, s.queued, s.completed, s.expired, s.dropped)
@@ -64,21 +72,41 @@ async def _status(args: argparse.Namespace) -> int:
         if (s.idle, s.busy, s.queued, s.completed, s.expired, s.dropped) != (0,) * 6
     ]
     widths = [max(len(str(row[i])) for row in [header, *rows]) for i in range(len(header))]
+    lines = []
     for row in [header, *rows]:
         cells = [str(cell).ljust(w) if i == 0 else str(cell).rjust(w) for i, (cell, w) in
                  enumerate(zip(row, widths, strict=True))]  # fmt: skip
-        print("  ".join(cells).rstrip())
+        lines.append("  ".join(cells).rstrip())
     if not rows:
-        print("(no service has workers or requests)")
+        lines.append("(no service has workers or requests)")
+    elif any(row[0] == NO_SERVICE for row in rows):
+        # A service is a row of its own once a worker registers for it: a client asking for
+        # made-up names must not grow the broker's metrics (docs/security.md, issue 27).
+        lines.append(
+            f"{NO_SERVICE}: requests for services no worker has registered for, together; "
+            "each gets a row of its own once a worker serves it"
+        )
     losses = ", ".join(f"{reason} {n}" for reason, n in sorted(status.worker_losses.items()))
     violations = ", ".join(f"{rule} {n}" for rule, n in sorted(status.violations.items()))
-    print(f"workers lost: {losses or 'none'}")
+    lines.append(f"workers lost: {losses or 'none'}")
     if status.limits:  # a broker with the byte bounds (MDP-D-26)
         refused = ", ".join(f"{rule} {n}" for rule, n in sorted(status.refused.items()))
         held, limit = status.held_bytes, status.limits.get("held", 0)
-        print(f"request bytes held: {held} of {limit}; refused: {refused or 'none'}")
-    print(f"violations: {violations or 'none'}", flush=True)
+        lines.append(
+            f"request bytes held: {byte_size(held)} of {byte_size(limit)}; "
+            f"refused: {refused or 'none'}"
+        )
+    lines.append(f"violations: {violations or 'none'}")
     if status.pair:  # a broker of a Binary Star pair (specs/binary-star.md)
         pair = status.pair
-        print(f"pair: {pair.get('role')}, {pair.get('state')} ({pair.get('serving')})", flush=True)
-    return EXIT_OK
+        lines.append(f"pair: {pair.get('role')}, {pair.get('state')} ({pair.get('serving')})")
+    return lines
+
+
+def byte_size(count: int) -> str:
+    """``count`` bytes for people, in the binary units the broker's options take:
+    ``1 B``, ``1.5 KiB``, ``256 MiB``."""
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if count >= size:
+            return f"{count / size:.1f}".removesuffix(".0") + f" {unit}"
+    return f"{count} B"
