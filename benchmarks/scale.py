@@ -26,6 +26,7 @@ import json
 import os
 import platform
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -90,6 +91,11 @@ def _registered(url: str) -> int:
     return int(total)
 
 
+def _count(log: Path, word: str) -> int:
+    """Lines of the broker's log that name ``word`` (say, workers it found silent)."""
+    return sum(word in line for line in log.read_text(errors="replace").splitlines())
+
+
 def _add_workers(g: Group, endpoint: str, count: int, heartbeat: float) -> None:
     while count > 0:
         n = min(count, FDS_PER_FARM)
@@ -130,6 +136,7 @@ def workers_run(steps: list[int], heartbeat: float, window: float, over: int) ->
             sample = {
                 "workers": target,
                 "registered": seen,
+                "expired_in_log": _count(log, "WorkerExpired"),
                 "register_s": register_s,
                 "broker_cpu_percent": (cpu1 - cpu0) / (t1 - t0) * 100,
                 "broker_rss_bytes": rss_bytes(broker.pid),
@@ -275,6 +282,8 @@ def plot(record: dict[str, Any], path: Path) -> None:
 
 
 def main() -> None:
+    # SIGTERM ends the run through its ``finally`` blocks: every process started is killed.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", default="1000,2000,5000,10000,15000,19500")
     parser.add_argument("--heartbeat", type=float, default=5.0)
