@@ -53,11 +53,12 @@ def tests(session: nox.Session) -> None:
     pyspark's own scripts; those tests skip with the reason where pyspark is missing);
     connect: the Spark Connect client (gRPC), for tests/spark/test_connect.py;
     metrics: prometheus-client, for tests/test_metrics.py; nng: pynng and cbor2, for memo01
-    (tests/protocol/test_memo01*.py, tests/nng).
+    (tests/protocol/test_memo01*.py, tests/nng); uvloop: domo.asyncio on uvloop's loop
+    (tests/runtimes/test_uvloop.py).
 
     On ``PARALLEL`` pytest-xdist workers (``-- -n 0`` for one process; later options win).
     """
-    session.install("-e", ".[trace,spark,connect,metrics,nng]", *group("test"))
+    session.install("-e", ".[trace,spark,connect,metrics,nng,uvloop]", *group("test"))
     session.run("pytest", *PARALLEL, *session.posargs)
 
 

@@ -11,7 +11,8 @@ Systems per role:
   ``majortomo`` (its ``Broker``), ``raw`` (a ROUTER that
   forwards bodies between clients and workers with no protocol at all: the ceiling);
 - worker and client: ``domo`` (``domo.trio``'s ``run_worker``, ``Client``), ``sync``
-  (``domo.sync``: a thread per session in the client), ``asyncio`` (``domo.asyncio``), ``hand``
+  (``domo.sync``: ``Client.map`` from one thread; ``sync-threads``: a thread per session),
+  ``asyncio`` (``domo.asyncio``; ``asyncio-uvloop`` on uvloop's loop, broker too), ``hand``
   (blocking pyzmq framed by hand per RFC 18, against domo's broker), ``majortomo`` (its
   ``Worker`` and ``Client``), ``raw``.
 
@@ -68,7 +69,7 @@ def broker(system: str, endpoint: str, heartbeat: float) -> None:
                 print("ready", flush=True)
 
         trio.run(serve)
-    elif system == "asyncio":
+    elif system in ("asyncio", "asyncio-uvloop"):
         import asyncio
 
         from domo.asyncio import serve_broker as serve_asyncio
@@ -143,7 +144,7 @@ def worker(system: str, endpoint: str, heartbeat: float) -> None:
 
         config = WorkerConfig(heartbeat_interval=heartbeat)
         domo.sync.run_worker(endpoint, SERVICE, echo_blocking, config=config)
-    elif system == "asyncio":
+    elif system in ("asyncio", "asyncio-uvloop"):
         import asyncio
 
         import domo.asyncio
@@ -206,7 +207,7 @@ def client(
         record = _sync_map_client(endpoint, sessions, body, duration, pause)
     elif system == "sync-threads":
         record = _sync_client(endpoint, sessions, body, duration, pause)
-    elif system == "asyncio":
+    elif system in ("asyncio", "asyncio-uvloop"):
         record = _asyncio_client(endpoint, sessions, body, duration, pause)
     else:
         record = _blocking_client(system, endpoint, sessions, body, duration, pause)
@@ -536,6 +537,17 @@ def _client_farm(sockets: list[Socket]) -> None:
         time.sleep(1)
 
 
+def _use_uvloop(system: str) -> str:
+    """``asyncio-uvloop``: asyncio's code on uvloop's loop (the uvloop extra); its system."""
+    if system == "asyncio-uvloop":
+        import asyncio
+
+        import uvloop
+
+        asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+    return system
+
+
 def main() -> None:
     args = argparse.ArgumentParser(description=__doc__)
     args.add_argument("role", choices=["broker", "worker", "client", "farm"])
@@ -550,6 +562,7 @@ def main() -> None:
     args.add_argument("--kind", default="workers")
     args.add_argument("--spread", action="store_true")
     a = args.parse_args()
+    _use_uvloop(a.system)
     if a.role == "broker":
         broker(a.system, a.endpoint, a.heartbeat)
     elif a.role == "worker":

@@ -409,6 +409,10 @@ GOALS: list[Goal] = [
     Goal(25, "b", "worker_cpu_us_per_request", "domo.asyncio", "domo+pyzmq", 1.3, "le"),
     Goal(25, "b", "client_cpu_us_per_request", "domo.asyncio", "domo+pyzmq", 1.3, "le"),
     Goal(25, "a", "p50_us", "domo.sync", "raw", 1.2, "le"),
+    # The same goals for domo.asyncio on uvloop's loop (the uvloop extra), for comparison.
+    Goal(25, "b", "requests_per_s", "domo.asyncio+uvloop", "majortomo", 1.0, "ge"),
+    Goal(25, "b", "worker_cpu_us_per_request", "domo.asyncio+uvloop", "domo+pyzmq", 1.3, "le"),
+    Goal(25, "b", "client_cpu_us_per_request", "domo.asyncio+uvloop", "domo+pyzmq", 1.3, "le"),
     # Issue 5 (the broker) and issue 13 (the runtimes): what is still in force, then the rest.
     Goal(5, "c", "mib_per_s", "domo", "raw", 0.9, "ge"),
     Goal(5, "d", "broker_cpu_percent", "domo", None, 10.0, "le"),
@@ -516,7 +520,11 @@ def fmt(value: float) -> str:
 
 def table(samples: list[dict[str, Any]], systems: list[str]) -> str:
     data = medians(samples)
-    ours = [n for n in ("domo", "domo+pyzmq", "domo.sync", "domo.asyncio") if n in systems]
+    ours = [
+        n
+        for n in ("domo", "domo+pyzmq", "domo.sync", "domo.asyncio", "domo.asyncio+uvloop")
+        if n in systems
+    ]
     pairs: list[tuple[str, str]] = [
         (a, b) for a in ours for b in ("majortomo", "raw") if b in systems
     ]
@@ -617,8 +625,11 @@ def main() -> None:
         System("domo+pyzmq", py, "domo", "hand", "domo"),
         System("domo.sync", py, "domo", "sync", "domo"),
         System("domo.asyncio", py, "asyncio", "asyncio", "domo"),
+        System("domo.asyncio+uvloop", py, "asyncio-uvloop", "asyncio-uvloop", "domo"),
         System("raw", py, "raw", "raw", "raw"),
     ]
+    if importlib.util.find_spec("uvloop") is None:  # the uvloop extra is not installed
+        systems = [s for s in systems if "uvloop" not in s.name]
     if not (args.quick or args.no_majortomo):
         systems.insert(
             2, System("majortomo", majortomo_python(), "majortomo", "majortomo", "majortomo")

@@ -309,8 +309,8 @@ class AsyncioRuntime:
 
     name = "asyncio"
 
-    def __init__(self) -> None:
-        self._loop = asyncio.new_event_loop()
+    def __init__(self, loop: asyncio.AbstractEventLoop | None = None) -> None:
+        self._loop = asyncio.new_event_loop() if loop is None else loop
         self._thread = threading.Thread(target=self._loop.run_forever, name="asyncio portal")
         self._thread.start()
 

@@ -12,6 +12,7 @@ processes on loopback: ``domo broker`` and ``_peer.py`` workers, killed by PID.
 from __future__ import annotations
 
 import importlib.util
+import logging
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -83,6 +84,11 @@ def spark() -> Iterator[Any]:
     pytest.importorskip("pandas", reason="pandas is not installed: pip install 'domo[spark]'")
     from domo.spark import SparkUnavailable, local_session
 
+    # py4j says at INFO when it closes each connection, down to the interpreter's exit, where a
+    # test that configured domo's logging in-process (tests/trace runs the CLI) has left a
+    # handler on a stream pytest closed: "--- Logging error ---". Nothing of py4j's INFO is
+    # wanted in a test run.
+    logging.getLogger("py4j").setLevel(logging.WARNING)
     try:
         session = local_session("local[2]", app_name="domo tests", driver_memory="1g")
     except SparkUnavailable as error:

@@ -66,11 +66,16 @@ def test_a_connect_url_nobody_serves_is_one_line(tmp_path: Path) -> None:
     assert done.stderr.count("\n") == 1, done.stderr
 
 
-def test_master_and_remote_together_is_a_usage_error(tmp_path: Path) -> None:
-    stderr = io.StringIO()
-    code = report.run(tmp_path, master="local[1]", remote="sc://127.0.0.1:1", stderr=stderr)
-    assert code == report.EXIT_USAGE
-    assert "give one" in stderr.getvalue()
+def test_options_that_do_not_go_together_are_usage_errors(tmp_path: Path) -> None:
+    for options, says in (
+        ({"master": "local[1]", "remote": "sc://127.0.0.1:1"}, "give one"),
+        ({"follow": True}, "give it one with --html FILE"),
+        ({"follow": True, "html": tmp_path / "p.html", "out": tmp_path / "o"}, "without it"),
+    ):
+        stderr = io.StringIO()
+        assert report.run(tmp_path, stderr=stderr, **options) == report.EXIT_USAGE
+        assert says in stderr.getvalue()
+        assert not (tmp_path / "p.html").exists()
 
 
 def test_call_service_over_connect_is_call_service_local(

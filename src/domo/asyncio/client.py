@@ -11,9 +11,10 @@
 The same ``ClientSession`` as ``domo.trio.Client`` and ``domo.sync.Client``. MDP/0.2 has no request
 id, so a socket carries one request at a time (MDP-C-07): the client keeps up to ``concurrency``
 sessions, each on its own DEALER; a request takes a free one or waits for one. The task making a
-request drives its session and socket: it sends, awaits the reply bounded by the session's
-deadline (asyncio's loop waits on the socket's FD), and on a timeout the session resends on a new
-socket (MDP-C-08) until ``retries`` are spent (``RequestTimeout``). Cancelling the task cancels
+request drives its session and socket: it sends and awaits the reply (asyncio's loop waits on
+the socket's FD); one watchdog timer per client, at the earliest of its sessions' deadlines,
+wakes a request whose deadline has come, and its session resends on a new socket (MDP-C-08)
+until ``retries`` are spent (``RequestTimeout``). Cancelling the task cancels
 the request; the socket is then replaced, so a late reply cannot reach the next request. A FINAL
 reporting a handler error raises ``RemoteError`` (MDP-D-23). Use it from one event loop.
 """
@@ -54,6 +55,9 @@ class _Slot(Slot):
     def transmit(self, frames: tuple[bytes, ...]) -> bool:
         return self.socket.send(frames) == SENT  # type: ignore[union-attr]
 
+    def sent(self) -> None:
+        self.client._watch(self.session.next_deadline())
+
     def connect(self) -> AsyncConnection:
         socket = self.socket
         if self.reconnect_at is not None or socket is None:
@@ -81,12 +85,12 @@ class _Slot(Slot):
 
     async def next_reply(self) -> ClientEvent:
         replies = self.replies
-        session = self.session
         while not replies:
             socket = self.connect()
             full = not self.flush()
-            # With a full pipe, room to send wakes it too.
-            await socket.wait(session.next_deadline(), writable=full)
+            # With a full pipe, room to send wakes it too; the client's watchdog wakes it at
+            # the session's deadline (a timer per wait costs more than the rest of the wait).
+            await socket.wait(None, writable=full)
             self.client._check_open()
             messages = socket.receive(1)
             if messages:
@@ -134,6 +138,7 @@ class Client:
         self._idle: list[_Slot] = []
         self._slots: list[_Slot] = []
         self._free: asyncio.Semaphore | None = None  # one unit per session not in use
+        self._alarm: asyncio.TimerHandle | None = None  # the watchdog, at the earliest deadline
         self._entered = False
         self._closed = False
 
@@ -153,6 +158,9 @@ class Client:
         tb: TracebackType | None,
     ) -> None:
         self._closed = True
+        if self._alarm is not None:
+            self._alarm.cancel()
+            self._alarm = None
         try:
             for slot in self._slots:
                 slot.close()
@@ -188,6 +196,34 @@ class Client:
     def _check_open(self) -> None:
         if self._closed:
             raise ClientClosed("the client is closed")
+
+    def _watch(self, deadline: float | None) -> None:
+        """A session has a new reply deadline: make sure the watchdog wakes for it. Every new
+        deadline is now + timeout, later than the others, so it rarely moves the alarm."""
+        alarm = self._alarm
+        if deadline is None or (alarm is not None and alarm.when() <= deadline):
+            return
+        if alarm is not None:
+            alarm.cancel()
+        self._alarm = asyncio.get_running_loop().call_at(deadline, self._expire)
+
+    def _expire(self) -> None:
+        """The watchdog: wake each request whose deadline has come (its task ticks its
+        session: a resend or a failure, MDP-C-08), then sleep until the earliest left."""
+        self._alarm = None
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        earliest = None
+        for slot in self._slots:
+            deadline = slot.session.next_deadline()
+            if deadline is None:
+                continue
+            if deadline <= now and slot.socket is not None:
+                slot.socket.interrupt()
+            elif earliest is None or deadline < earliest:
+                earliest = deadline
+        if earliest is not None and not self._closed:
+            self._alarm = loop.call_at(earliest, self._expire)
 
     async def _acquire(self) -> _Slot:
         """A free session: at once if one is free (no yield), else the first one released."""

@@ -7,13 +7,16 @@ A handler gets the request body (a list of frames) and answers in one of two way
   earlier one a PARTIAL (each PARTIAL goes out when its successor is ready). A generator that
   yields nothing is a handler error.
 
-Each session has two tasks in a ``TaskGroup``: one owns the socket (it awaits the next message,
-bounded by the session's deadline, so heartbeats go out while the handler works, MDP-H-04), the
-other runs the handler for one request after another and sends the reply itself. Run blocking
-work with ``asyncio.to_thread``, or the loop (and the heartbeats) stalls. If the handler raises,
-the worker answers with an error FINAL (MDP-D-23) and stays registered. If the session gives the
-request up (broker lost, DISCONNECT), the handler is cancelled; the worker reconnects after the
-session's backoff (MDP-W-17, MDP-D-18).
+Each session has one task that owns its socket and runs its handler: it waits on the socket,
+reads a REQUEST, runs the handler in place and sends the FINAL itself (one wake-up per request;
+a second task handed each request through a queue cost a third more). While the handler awaits,
+the session's timer (a ``loop.call_at`` at each of its deadlines) reads the socket, ticks the
+session and sends its heartbeats, so they go on however long the handler works (MDP-H-04), as
+long as it awaits: run blocking work with ``asyncio.to_thread``, or the loop (and the
+heartbeats) stalls. If the handler raises, the worker answers with an error FINAL (MDP-D-23) and
+stays registered. If the session gives the request up (broker lost, DISCONNECT: seen by the
+timer while the handler runs, at the session's next deadline at the latest), the handler is
+cancelled; the worker reconnects after the session's backoff (MDP-W-17, MDP-D-18).
 
 ``concurrency=N`` runs N sessions, each with its own socket. Cancelling ``run_worker`` sends
 DISCONNECT on every session (a request in progress goes back to the broker, MDP-D-22) and closes
@@ -113,7 +116,16 @@ async def run_worker(
 
 
 class _Serving:
-    """One session: the task that owns its socket and the task that runs its handler."""
+    """One session: the task that owns its socket and runs its handler, and its timer.
+
+    The task waits on the socket (no deadline: a wait with one costs a timer per wait) until a
+    REQUEST comes, runs the handler in place and sends its FINAL: one wake-up per request. The
+    timer (``loop.call_at``, re-armed at each of the session's deadlines, which only move
+    later) wakes the waiting task to tick the session, or, while the handler runs, reads the
+    socket, ticks the session and sends its heartbeats itself (MDP-H-04): the loop runs one of
+    them at a time, so the socket is never used by both at once. A request the session gives
+    up cancels the task, which ends the handler and goes on.
+    """
 
     def __init__(
         self,
@@ -136,17 +148,20 @@ class _Serving:
         self.curve = curve  # CURVE settings for each new socket
         self._reconnect_at: float | None = -math.inf
         self._unsent: deque[tuple[bytes, ...]] = deque()
-        self._requests: asyncio.Queue[RequestReceived] = asyncio.Queue()
-        self._handler_task: asyncio.Task[None] | None = None
+        self._requests: deque[RequestReceived] = deque()
+        self._task: asyncio.Task[None] | None = None
+        self._timer: asyncio.TimerHandle | None = None
         self._busy = False
         self._loop = asyncio.get_running_loop()
 
     async def run(self, linger: float) -> None:
+        self._task = asyncio.current_task()
         try:
-            async with asyncio.TaskGroup() as group:
-                self._handler_task = group.create_task(self._serve())
-                await self._pump()
+            await self._pump()
         finally:
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
             try:
                 self._handle(self.session.disconnect(self._now()))
             finally:
@@ -169,26 +184,54 @@ class _Serving:
                 self._socket.socket.connect(self._endpoints.next())  # failover: MDP-D-28
                 self._heard = False
                 self._handle(self.session.connected(self._now()))
+                if self._timer is None:
+                    self._arm()
             socket = self._socket
             assert socket is not None
             full = not self._flush(socket)
-            await socket.wait(self.session.next_deadline(), writable=full)
+            await socket.wait(None, writable=full)  # the timer wakes it at the deadline
             if self._socket is not socket:
-                continue  # the handler task's reply made the session give the socket up
-            now = self._now()
-            messages = socket.receive(BATCH)
-            if messages and not self._heard:
-                self._heard = True
-                if self._on_broker_heard is not None:
-                    self._on_broker_heard()
-            session = self.session
-            for message in messages:  # heard in time, even if the loop woke late
-                self._handle(receive_waiting(session, message, now))
-            if session.now != now:  # nothing was read, or a late batch: fire what is due now
-                self._handle(session.tick(now))
-            self._flush(socket)
-            if self._reconnecting():
+                continue
+            self._step(socket)
+            while self._requests and not self._reconnecting():
+                await self._serve(self._requests.popleft())
+            if self._reconnecting() and self._socket is socket:
                 self._close(0.0)
+
+    def _step(self, socket: AsyncConnection) -> None:
+        """Read what is ready, tick the session, send what it queued."""
+        now = self._now()
+        messages = socket.receive(BATCH)
+        if messages and not self._heard:
+            self._heard = True
+            if self._on_broker_heard is not None:
+                self._on_broker_heard()
+        session = self.session
+        for message in messages:  # heard in time, even if the loop woke late
+            self._handle(receive_waiting(session, message, now))
+        if session.now != now:  # nothing was read, or a late batch: fire what is due now
+            self._handle(session.tick(now))
+        self._flush(socket)
+
+    def _arm(self) -> None:
+        """Call ``_on_deadline`` at the session's next deadline."""
+        deadline = self.session.next_deadline()
+        if deadline is not None:
+            self._timer = self._loop.call_at(deadline, self._on_deadline)
+
+    def _on_deadline(self) -> None:
+        """The timer: wake the task waiting on the socket, or stand in for it in a handler."""
+        self._timer = None
+        socket = self._socket
+        if socket is None or self._reconnecting():
+            return  # the task re-arms the timer once it has a new socket
+        if self._busy:
+            self._step(socket)  # heartbeats both ways while the handler works
+            if self._reconnecting():
+                return  # the handler is being ended; the task closes the socket
+        else:
+            socket.interrupt()  # the task wakes and ticks the session
+        self._arm()
 
     def _reconnecting(self) -> bool:
         """The session has given its socket up (an event just handled said so)."""
@@ -199,10 +242,10 @@ class _Serving:
             if isinstance(event, ReconnectRequired):
                 self._reconnect_at = event.reconnect_at
             elif isinstance(event, RequestReceived):
-                self._requests.put_nowait(event)
+                self._requests.append(event)
             elif isinstance(event, RequestAbandoned) and self._busy:
-                assert self._handler_task is not None
-                self._handler_task.cancel()  # the handler's request is given up
+                assert self._task is not None
+                self._task.cancel()  # the handler's request is given up: it ends
             log_event(logger, event)
             if self._on_event is not None:
                 self._on_event(event)
@@ -242,32 +285,42 @@ class _Serving:
             if self.session.current_request != number:
                 return False
         self._handle(method(body, now))
-        socket = self._socket
-        if socket is not None:
-            if not self._flush(socket):
-                socket.wake()  # the pump waits for room (POLLOUT) on its next turn
-            elif self._reconnecting():
-                self._close(0.0)
+        if socket is not None and self._socket is socket:
+            self._flush(socket)
         return True
 
-    async def _serve(self) -> None:
-        """Run the handler for each request in turn; a given-up request's handler is cancelled."""
-        while True:
-            request = await self._requests.get()
-            if self.session.current_request != request.number:
-                continue
-            self._busy = True
-            try:
-                final = await self._answer(request)
-            except asyncio.CancelledError:
-                task = asyncio.current_task()
-                assert task is not None
-                if self.session.current_request == request.number or not task.uncancel() == 0:
-                    raise  # the worker is being cancelled, not just this request
-                continue
-            finally:
-                self._busy = False
-            self._reply(request.number, self.session.send_final, final)
+    async def _partial(self, number: int, frames: mdp.Frames) -> bool:
+        """Send a PARTIAL; False if the request was given up. A stream of them keeps the task
+        from waiting on the socket: it reads it as it goes, and waits for room when full."""
+        if not self._reply(number, self.session.send_partial, frames):
+            return False
+        socket = self._socket
+        if socket is not None:
+            self._step(socket)
+            while self._unsent and self._socket is socket and not self._reconnecting():
+                await socket.wait(None, writable=True)
+                self._step(socket)
+        await asyncio.sleep(0)
+        return self.session.current_request == number
+
+    async def _serve(self, request: RequestReceived) -> None:
+        """Run the handler for ``request`` in this task and send its FINAL; a request the
+        session gives up ends its handler (the task is cancelled for it, and goes on)."""
+        number = request.number
+        if self.session.current_request != number:
+            return
+        self._busy = True
+        try:
+            final = await self._answer(request)
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            assert task is not None
+            if self.session.current_request == number or not task.uncancel() == 0:
+                raise  # the worker is being cancelled, not just this request
+            return
+        finally:
+            self._busy = False
+        self._reply(number, self.session.send_final, final)
 
     async def _answer(self, request: RequestReceived) -> mdp.Frames:
         try:
@@ -279,15 +332,11 @@ class _Serving:
             try:
                 async for value in result:
                     yielded = True
-                    if held is not None and not self._reply(
-                        request.number, self.session.send_partial, held
-                    ):
+                    if held is not None and not await self._partial(request.number, held):
                         raise asyncio.CancelledError
                     held = None
                     if isinstance(value, Partial):  # sent at once, not held
-                        if not self._reply(
-                            request.number, self.session.send_partial, as_frames(value.body)
-                        ):
+                        if not await self._partial(request.number, as_frames(value.body)):
                             raise asyncio.CancelledError
                     else:
                         held = as_frames(value)

@@ -396,6 +396,8 @@ def _run(
         return fail(EXIT_USAGE, "--master and --remote name two places to run: give one")
     if follow and html is None:
         return fail(EXIT_USAGE, "--follow rewrites an HTML page: give it one with --html FILE")
+    if follow and out is not None:
+        return fail(EXIT_USAGE, "--follow rewrites only the --html page: run --out without it")
     # The extra is checked before any time goes into Spark (found, not imported: that costs).
     for module in ("pyspark", "pandas", "pyarrow", "matplotlib", "numpy"):
         try:

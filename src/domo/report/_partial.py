@@ -300,8 +300,9 @@ def _aggregate(
     key: Any, columns: dict[str, tuple[Any, str]], space: int
 ) -> tuple[Any, dict[str, Any]]:
     """Group rows by the integer ``key`` (in ``[0, space)``); each column merged its way
-    ("sum", "min" or "max"). Returns the distinct keys (ascending) and each column's value per
-    key, as numpy arrays (NaN is left out of a min or max; all NaN gives NaN).
+    ("sum", "min" or "max"; "count", given no values: the rows of each key). Returns the
+    distinct keys (ascending) and each column's value per key, as numpy arrays (NaN is left out
+    of a min or max; all NaN gives NaN).
 
     Small key spaces, the usual case, are counted in arrays indexed by key (``bincount``,
     ``minimum.at``: linear, no hashing); larger ones go through pyarrow's hash aggregation.
@@ -316,7 +317,9 @@ def _aggregate(
         present = np.flatnonzero(counts)
         result = {}
         for name, (values, how) in columns.items():
-            if how == "sum":
+            if how == "count":
+                result[name] = counts[present]
+            elif how == "sum":
                 total = np.bincount(key, weights=values, minlength=space)[present]
                 result[name] = np.rint(total).astype(np.int64)
             else:
@@ -328,17 +331,19 @@ def _aggregate(
         return present, result
     data = {"k": pa.array(key)}
     for name, (values, _) in columns.items():
+        if values is None:  # a count
+            values = np.ones(len(key), dtype=np.int64)
         data[name] = pa.array(values, from_pandas=True)  # NaN -> null: skipped by min, max
     grouped = (
         pa.table(data)
         .group_by(["k"], use_threads=False)
-        .aggregate([(name, how) for name, (_, how) in columns.items()])
+        .aggregate([(name, "sum" if how == "count" else how) for name, (_, how) in columns.items()])
     )
     order = np.argsort(grouped.column("k").to_numpy(), kind="stable")
     keys = grouped.column("k").to_numpy()[order]
     result = {}
     for name, (_, how) in columns.items():
-        column = grouped.column(f"{name}_{how}")
+        column = grouped.column(f"{name}_{'sum' if how == 'count' else how}")
         if pa.types.is_floating(column.type):
             result[name] = column.to_numpy(zero_copy_only=False)[order]
         else:
@@ -445,7 +450,7 @@ def _compute_one(batch: Any, window: Window, keep: int) -> Partial:
     keys, values = _aggregate(
         key,
         {
-            "count": (np.ones(rows, dtype=np.int64), "sum"),
+            "count": (None, "count"),
             "redispatches": (ints("redispatches"), "sum"),
             "request_bytes": (ints("request_size"), "sum"),
             "reply_bytes": (pc.fill_null(reply, 0).to_numpy().astype(np.int64), "sum"),
@@ -474,7 +479,7 @@ def _compute_one(batch: Any, window: Window, keep: int) -> Partial:
     span = int(second.max()) - first_second + 1 if len(second) else 1
     keys, values = _aggregate(
         group[completed] * span + (second - first_second),
-        {"count": (np.ones(len(second), dtype=np.int64), "sum")},
+        {"count": (None, "count")},
         groups * span,
     )
     group_of, second_of = np.divmod(keys, span)
@@ -515,7 +520,7 @@ def _compute_one(batch: Any, window: Window, keep: int) -> Partial:
     code = np.where(bucket == ZERO_BUCKET, 0, bucket - low + 1)
     keys, values = _aggregate(
         (owner * len(METRICS) + np.concatenate(metric_codes)) * width + code,
-        {"count": (np.ones(len(code), dtype=np.int64), "sum")},
+        {"count": (None, "count")},
         len(pairs) * len(METRICS) * width,
     )
     keys, code_of = np.divmod(keys, width)
@@ -548,7 +553,7 @@ def _compute_one(batch: Any, window: Window, keep: int) -> Partial:
     keys, values = _aggregate(
         service[row] * len(workers) + worker[:attempts],
         {
-            "attempts": (np.ones(attempts, dtype=np.int64), "sum"),
+            "attempts": (None, "count"),
             "completed": (attempt_completed.astype(np.int64), "sum"),
             "lost": ((~last).astype(np.int64), "sum"),
             "failed": ((last & ~attempt_completed).astype(np.int64), "sum"),
