@@ -54,7 +54,6 @@ from tests.chaos.hostile_peers import (
     broker,
     flood_memo,
     flood_zmq,
-    free_port,
     load,
     mdp_honest,
     mdp_worker,
@@ -72,8 +71,9 @@ TCP = ["--bind", "tcp://127.0.0.1:0"]
 
 
 def nng(scheme: str = "tcp") -> list[str]:
-    """``--bind`` for an NNG endpoint on a free port (``scheme``: tcp or tls+tcp)."""
-    return ["--bind", f"nng+{scheme}://127.0.0.1:{free_port()}"]
+    """``--bind`` for an NNG endpoint on a port the system picks (``scheme``: tcp or tls+tcp);
+    the broker prints the port it got."""
+    return ["--bind", f"nng+{scheme}://127.0.0.1:0"]
 
 
 def _url(process: BrokerProcess) -> str:
@@ -249,7 +249,7 @@ def _tls_probe(keys: Path, curve: list[str], client_curve: dict[str, bytes]) -> 
     (keys / "peers.crt").write_text((keys / "alice.crt").read_text())
     tls = [
         "--bind",
-        f"nng+tls+tcp://127.0.0.1:{free_port()}",
+        "nng+tls+tcp://127.0.0.1:0",
         "--nng-tls-cert",
         str(keys / "localhost.pem"),
         "--nng-tls-allow-file",

@@ -31,7 +31,6 @@ from domo.trio import serve_broker
 from domo.trio._nng import BACKTRACE_ROOM, MEMO_HEADER_ROOM, NngConnection
 
 from ..chaos.hostile import make_certificate, tls_client
-from ..chaos.hostile_peers import free_port
 
 pytestmark = [pytest.mark.io]
 
@@ -71,9 +70,10 @@ async def test_tls_admits_listed_certificates_only_and_reloads(certs: Path) -> N
     reload that swaps the list shuts the old peer out and lets the new one in."""
     tls = NngTls(certs / "localhost.pem", certs / "allowed.crt")
     assert len(tls) == 1
-    port = free_port()
-    conn = NngConnection(f"nng+tls+tcp://127.0.0.1:{port}", tls=tls, initial=4)
-    url = f"tls+tcp://127.0.0.1:{port}"
+    conn = NngConnection("nng+tls+tcp://127.0.0.1:0", tls=tls, initial=4)
+    url = conn.bound().removeprefix("nng+")  # the port NNG picked (a reload listens there again)
+    assert url.startswith("tls+tcp://127.0.0.1:")
+    assert not url.endswith(":0")
 
     async def echo(messages: list[list[bytes]]) -> None:
         for token, body in messages:
@@ -108,7 +108,7 @@ def test_tls_files_are_checked(certs: Path) -> None:
     with pytest.raises(CurveError, match="no PEM certificate"):
         NngTls(certs / "localhost.pem", certs / "localhost.key")
     with pytest.raises(ValueError, match="needs TLS settings"):
-        NngConnection(f"nng+tls+tcp://127.0.0.1:{free_port()}")
+        NngConnection("nng+tls+tcp://127.0.0.1:0")
 
 
 async def test_serve_broker_refuses_curve_with_a_plain_nng_endpoint(tmp_path: Path) -> None:
@@ -240,7 +240,6 @@ async def test_domo_memo01_client_and_worker_over_tls_beside_curve(certs: Path) 
     public, secret = zmq.curve_keypair()
     curve = CurveServer(KeyPair(public, secret), None)
     tls = NngTls(certs / "localhost.pem", certs / "allowed.crt")
-    port = free_port()
 
     async def shout(service: str, payload: bytes) -> bytes:
         return payload.upper()
@@ -250,14 +249,15 @@ async def test_domo_memo01_client_and_worker_over_tls_beside_curve(certs: Path) 
             bound = await nursery.start(
                 lambda task_status: serve_broker(
                     "tcp://127.0.0.1:0",
-                    f"nng+tls+tcp://127.0.0.1:{port}",
+                    "nng+tls+tcp://127.0.0.1:0",
                     curve=curve,
                     nng_tls=tls,
                     task_status=task_status,
                 )
             )
             url = bound[1].removeprefix("nng+")
-            assert url == f"tls+tcp://127.0.0.1:{port}"
+            assert url.startswith("tls+tcp://127.0.0.1:")
+            assert not url.endswith(":0")
             await nursery.start(
                 lambda task_status: run_memo01_worker(
                     url, ["shout"], shout, tls=tls_client(certs, "alice"), task_status=task_status
@@ -273,8 +273,9 @@ async def test_domo_memo01_client_and_worker_over_tls_beside_curve(certs: Path) 
 
 def test_memo_24_one_connection_offers_at_most_max_seats_services() -> None:
     """Finding 3: a READY that would take its NNG connection over ``max_seats`` seats is
-    dropped with MEMO-24 and released unanswered; another connection is not affected, and the
-    seats of a worker that leaves are free again."""
+    dropped with MEMO-24 and released unanswered; once the connection has all its seats, a READY
+    is refused before its names are read; another connection is not affected, and the seats of
+    a worker that leaves are free again."""
     from domo.protocol.dialects.memo01 import MessageType, encode
     from domo.protocol.events import WorkerRegistered
     from domo.protocol.memo01 import Memo01Config
@@ -288,20 +289,29 @@ def test_memo_24_one_connection_offers_at_most_max_seats_services() -> None:
         token = pipe + number.to_bytes(8, "big")
         return broker.receive(token, [encode(MessageType.READY, services=names)], 0.0, connection=1)
 
+    def registered(events: list[BrokerEvent]) -> int:
+        return sum(isinstance(e, WorkerRegistered) for e in events)
+
+    def refused(events: list[BrokerEvent]) -> list[tuple[str, bytes | None, str]]:
+        return [(e.rule, e.peer, e.action) for e in events if isinstance(e, ProtocolViolation)]
+
     a, b = b"\x00" * 7 + b"\x0a", b"\x00" * 7 + b"\x0b"
-    for number in (1, 2):  # 2 x 256 = 512 seats on connection a: allowed
-        events = ready(a, number, 256)
-        assert sum(isinstance(e, WorkerRegistered) for e in events) == 256
+    assert registered(ready(a, 1, 256)) == 256
+    assert registered(ready(a, 2, 200)) == 200  # 456 seats on connection a
     broker.take_outgoing()
-    events = ready(a, 3, 1)  # one more: over
-    violations = [(e.rule, e.peer, e.action) for e in events if isinstance(e, ProtocolViolation)]
-    assert violations == [("MEMO-24", a, "dropped")]
-    assert not any(isinstance(e, WorkerRegistered) for e in events)
+    events = ready(a, 3, 100)  # 556: over
+    assert refused(events) == [("MEMO-24", a, "dropped")]
+    assert registered(events) == 0
     assert broker.take_outgoing() == [(1, a + (3).to_bytes(8, "big"), ())]  # released
-    assert sum(isinstance(e, WorkerRegistered) for e in ready(b, 4, 256)) == 256  # another pipe
+    assert registered(ready(a, 4, 56)) == 56  # exactly 512
+    broker.take_outgoing()
+    events = ready(a, 5, 1)  # the connection is full: refused before its names are read
+    assert refused(events) == [("MEMO-24", a, "dropped")]
+    assert broker.take_outgoing() == [(1, a + (5).to_bytes(8, "big"), ())]
+    assert registered(ready(b, 6, 256)) == 256  # another connection
     (first,) = [i for i, s in broker.memo_workers().items() if s[0] == "s1-000"]
     broker.receive(b"\x00" * 16, [encode(MessageType.DISCONNECT, first)], 0.1, connection=1)
-    assert sum(isinstance(e, WorkerRegistered) for e in ready(a, 5, 256)) == 256  # freed
+    assert registered(ready(a, 7, 256)) == 256  # its seats are free again
 
 
 async def test_replies_waiting_for_a_connection_are_bounded_in_bytes(tmp_path: Path) -> None:

@@ -59,6 +59,9 @@ from .timers import DeadlineHeap
 
 __all__ = ["Memo01Broker", "Memo01Config", "body_to_payload", "payload_to_body"]
 
+# How every READY starts (MEMO-01, MEMO-03: the deterministic CBOR of the 4-item array, "memo01",
+# type 1): enough to refuse one before reading its names (MEMO-24).
+_READY_HEAD: Final = b"\x84\x66memo01\x01"
 _SEAT: Final = b"\x01"  # routing id prefix of a memo01 worker's seat (one per service)
 _JOB: Final = b"\x02"  # routing id prefix of a memo01 client's job
 _READY, _FINAL, _HB, _DISC = mdp.W_READY, mdp.W_FINAL, mdp.W_HEARTBEAT, mdp.W_DISCONNECT
@@ -211,6 +214,13 @@ class Memo01Broker(FamilyBroker):
             self._pipe_closed(bytes(peer[:8]), connection, now, events)
             return events
         data = bytes(frames[0]) if len(frames) == 1 else b""
+        if data.startswith(_READY_HEAD) and self._full(connection, peer):
+            # MEMO-24 before the parse: its connection can take no seat more, and reading 256
+            # names costs more than all the rest of refusing them (a READY flood's every READY).
+            why = "a READY on an NNG connection whose workers have all the seats it may have"
+            events.append(ProtocolViolation(_pipe(peer), "MEMO-24", why, "dropped", now))
+            self._reply(connection, peer, None)
+            return events
         try:
             message = parse(data) if len(frames) == 1 else _malformed()
         except MalformedMessage as error:
@@ -333,6 +343,10 @@ class Memo01Broker(FamilyBroker):
             self._own.append((job.connection, token, frames))
 
     # -- workers -------------------------------------------------------------------------------
+
+    def _full(self, connection: int, token: bytes) -> bool:
+        """Whether the workers of ``token``'s NNG connection have every seat it may (MEMO-24)."""
+        return self._seats_of_pipe.get((connection, _pipe(token)), 0) >= self.memo.max_seats
 
     def _on_ready(
         self,
