@@ -32,6 +32,13 @@ PYPROJECT = nox.project.load_toml("pyproject.toml")
 SUPPORTED = ["3.11", "3.12", "3.13"]
 
 
+# Most of the suite waits on the wall clock (fuzz time budgets, heartbeats, subprocesses) with
+# the CPU idle, so it runs on pytest-xdist workers: -n 2 took the clean-clone CI run from X to Y
+# on 2 cores. ``loadgroup``: any test on any worker, but the tests sharing one costly session
+# fixture (tests/conftest.py's ONE_PER_RUN: the SparkSession, the peers' virtualenvs) together.
+PARALLEL = ["-n", "2", "--dist", "loadgroup"]
+
+
 def group(name: str) -> list[str]:
     """The requirements of one PEP 735 dependency group of pyproject.toml."""
     return list(nox.project.dependency_groups(PYPROJECT, name))
@@ -47,9 +54,11 @@ def tests(session: nox.Session) -> None:
     connect: the Spark Connect client (gRPC), for tests/spark/test_connect.py;
     metrics: prometheus-client, for tests/test_metrics.py; nng: pynng and cbor2, for memo01
     (tests/protocol/test_memo01*.py, tests/nng).
+
+    On ``PARALLEL`` pytest-xdist workers (``-- -n 0`` for one process; later options win).
     """
     session.install("-e", ".[trace,spark,connect,metrics,nng]", *group("test"))
-    session.run("pytest", *session.posargs)
+    session.run("pytest", *PARALLEL, *session.posargs)
 
 
 @nox.session(python=SUPPORTED)
@@ -182,13 +191,22 @@ def conformance(session: nox.Session) -> None:
 @nox.session
 def docs(session: nox.Session) -> None:
     """Build the site in strict mode (any warning fails), run the tutorials' code, and open
-    every page in headless Debian Chromium (installed with apt-get when missing).
+    every page from build/site/ by file:// URLs, as a reader does, in headless Debian Chromium
+    (installed with apt-get when missing, as is npm for the search shim).
 
     Screenshots land in build/site-check/.
     """
     # trace: the operating tutorial reads a broker's --trace-dir with pyarrow; metrics: the API
     # reference of domo.metrics; spark: a `domo report --html` page for the browser check.
     session.install("-e", ".[trace,metrics,spark]", *group("docs"), *group("test"))
+    if shutil.which("npm") is None:
+        # docs/_hooks/offline_search.py takes search's iframe-worker shim from npm (npm pack),
+        # so that the site searches opened from its folder and loads nothing from elsewhere.
+        session.run("apt-get", "update", "-qq", external=True)
+        session.run(
+            "apt-get", "install", "-y", "-qq", "npm", external=True,
+            env={"DEBIAN_FRONTEND": "noninteractive"},
+        )  # fmt: skip
     session.run("mkdocs", "build", "--strict", env={"NO_MKDOCS_2_WARNING": "1"})
     session.run("pytest", "tests/docs", "-q", *session.posargs)
     # The HTML page domo itself produces, checked and screenshotted beside the site's pages

@@ -134,7 +134,7 @@ def worker(system: str, endpoint: str, heartbeat: float) -> None:
 
         config = WorkerConfig(heartbeat_interval=heartbeat)
         trio.run(lambda: run_worker(endpoint, SERVICE, echo, config=config))
-    elif system == "sync":
+    elif system in ("sync", "sync-threads"):
         import domo.sync
         from domo.protocol import WorkerConfig
 
@@ -203,6 +203,8 @@ def client(
     if system == "domo":
         record = _domo_client(endpoint, sessions, body, duration, pause)
     elif system == "sync":
+        record = _sync_map_client(endpoint, sessions, body, duration, pause)
+    elif system == "sync-threads":
         record = _sync_client(endpoint, sessions, body, duration, pause)
     elif system == "asyncio":
         record = _asyncio_client(endpoint, sessions, body, duration, pause)
@@ -278,6 +280,37 @@ def _sync_client(
             thread.start()
         for thread in threads:
             thread.join()
+
+    with Client(endpoint, concurrency=sessions, timeout=30.0) as client:
+        run(client, time.perf_counter() + 0.3)
+        latencies.clear()
+        _wait_for_go()
+        start = time.perf_counter()
+        run(client, start + duration)
+        elapsed = time.perf_counter() - start
+    return {"count": len(latencies), "elapsed": elapsed, "latencies": latencies}
+
+
+def _sync_map_client(
+    endpoint: str, sessions: int, body: bytes, duration: float, pause: float
+) -> dict[str, Any]:
+    """``domo.sync.Client.map`` from one thread, ``sessions`` requests in flight."""
+    from domo.sync import Client
+
+    latencies: list[float] = []
+    started: deque[float] = deque()
+
+    def bodies(stop: float) -> Any:
+        while time.perf_counter() < stop:
+            started.append(time.perf_counter())
+            yield body
+            if pause:
+                time.sleep(pause)  # only (d) pauses, with a single session
+
+    def run(client: Client, stop: float) -> None:
+        for reply in client.map(SERVICE, bodies(stop)):
+            latencies.append(time.perf_counter() - started.popleft())
+            assert reply == [body]
 
     with Client(endpoint, concurrency=sessions, timeout=30.0) as client:
         run(client, time.perf_counter() + 0.3)
@@ -405,14 +438,19 @@ def _blocking_client(
 # --- farms of idle peers -----------------------------------------------------------------------
 
 
-def farm(framing: str, endpoint: str, count: int, kind: str, heartbeat: float) -> None:
-    """``count`` idle workers (READY for ``idle``, then heartbeats) or queued requests.
+def farm(
+    framing: str, endpoint: str, count: int, kind: str, heartbeat: float, spread: bool = False
+) -> None:
+    """``count`` idle workers (READY for ``idle``, then heartbeats), queued requests or clients.
 
-    ``kind`` is ``workers`` or ``requests`` (each socket sends one REQUEST for a service no
-    worker offers, so the broker queues it). ``framing`` is ``domo`` (RFC 18), ``majortomo``
+    ``kind`` is ``workers``, ``requests`` (each socket sends one REQUEST for a service no
+    worker offers, so the broker queues it) or ``clients`` (each sends one REQUEST for ``echo``
+    and waits for its FINAL). ``framing`` is ``domo`` (RFC 18), ``majortomo``
     or ``raw`` (the forwarder's: a worker says ``ready``, a request is a body). Prints ``sent``
     when every socket has spoken, then keeps heartbeating (workers) and discarding what arrives
-    until killed.
+    until killed; ``clients`` print one JSON line once every reply is in. ``spread``: each
+    worker heartbeats at its own phase of the interval (as independent workers would), and the
+    sockets are read in sweeps rather than polled all at once.
     """
     context = _context(count)
     sockets = []
@@ -427,10 +465,16 @@ def farm(framing: str, endpoint: str, count: int, kind: str, heartbeat: float) -
     request = [CLIENT, b"\x02" if framing == "majortomo" else C_REQUEST, b"nobody", b"x"]
     if framing == "raw":  # the forwarder's baseline: what ZeroMQ alone holds per connection
         ready, request = [RAW_READY], [b"x"]
+    if kind == "clients":  # one request each for ``echo``, every reply checked and counted
+        _client_farm(sockets)
+        return
     first = ready if kind == "workers" else request
     for socket in sockets:
         socket.send_multipart([*delimiter, *first])
     print("sent", flush=True)
+    if spread:
+        _spread_heartbeats(sockets, [*delimiter, *beat], heartbeat)
+        return
     poller = zmq.Poller()
     for socket in sockets:
         poller.register(socket, zmq.POLLIN)
@@ -442,6 +486,54 @@ def farm(framing: str, endpoint: str, count: int, kind: str, heartbeat: float) -
             next_beat += heartbeat
             for socket in sockets:
                 socket.send_multipart([*delimiter, *beat])
+
+
+def _drain(socket: Socket) -> list[list[bytes]]:
+    messages = []
+    while True:
+        try:
+            messages.append(socket.recv_multipart(zmq.NOBLOCK))
+        except zmq.Again:
+            return messages
+
+
+def _spread_heartbeats(sockets: list[Socket], beat: list[bytes], heartbeat: float) -> None:
+    """Heartbeat socket i at phase i/len of every interval; read every socket twice a second."""
+    count = len(sockets)
+    start = time.monotonic()
+    sent = 0  # heartbeats sent since ``start``
+    next_sweep = start
+    while True:
+        now = time.monotonic()
+        due = int((now - start) / heartbeat * count)  # heartbeats due since start
+        for index in range(sent, due):
+            sockets[index % count].send_multipart(beat)
+        sent = max(sent, due)
+        if now >= next_sweep:
+            next_sweep = now + 0.5
+            for socket in sockets:
+                _drain(socket)
+        time.sleep(min(0.05, heartbeat / count * 64))
+
+
+def _client_farm(sockets: list[Socket]) -> None:
+    """One REQUEST for ``echo`` per socket (its index as the body); every FINAL checked; prints
+    ``sent``, then ``{"answered": N, "seconds": S}`` once every socket has its reply."""
+    start = time.perf_counter()
+    for index, socket in enumerate(sockets):
+        socket.send_multipart([CLIENT, C_REQUEST, SERVICE, b"%d" % index])
+    print("sent", flush=True)
+    waiting = dict(enumerate(sockets))
+    while waiting:
+        time.sleep(0.02)
+        for index, socket in list(waiting.items()):
+            for reply in _drain(socket):
+                assert reply == [CLIENT, C_FINAL, SERVICE, b"%d" % index], reply[:3]
+                del waiting[index]
+    seconds = time.perf_counter() - start
+    print(json.dumps({"answered": len(sockets), "seconds": seconds}), flush=True)
+    while True:
+        time.sleep(1)
 
 
 def main() -> None:
@@ -456,6 +548,7 @@ def main() -> None:
     args.add_argument("--pause", type=float, default=0.0)
     args.add_argument("--count", type=int, default=1)
     args.add_argument("--kind", default="workers")
+    args.add_argument("--spread", action="store_true")
     a = args.parse_args()
     if a.role == "broker":
         broker(a.system, a.endpoint, a.heartbeat)
@@ -464,7 +557,7 @@ def main() -> None:
     elif a.role == "client":
         client(a.system, a.endpoint, a.sessions, a.size, a.duration, a.pause)
     else:
-        farm(a.system, a.endpoint, a.count, a.kind, a.heartbeat)
+        farm(a.system, a.endpoint, a.count, a.kind, a.heartbeat, a.spread)
 
 
 if __name__ == "__main__":

@@ -4,7 +4,7 @@ The core's events are data (``domo.protocol.events``); their reprs carry binary 
 runtime's monotonic clock, which people cannot read. Here each event becomes one line that
 starts with its name, so ``grep WorkerRegistered`` still works:
 
-    2026-11-24 07:45:01.123 INFO domo.broker: WorkerRegistered: worker 006b8b4567 serves 'echo'
+    2026-11-24 07:45:01.123+00:00 INFO domo.broker: WorkerRegistered: worker 006b8b4567 ...
 
 - Peer ids are hex; a service or other text field is shown as text; the monotonic ``at`` is
   left out (the line's wall-clock time says when).
@@ -30,6 +30,9 @@ import sys
 import time
 from collections.abc import Callable
 from typing import IO, Any, Final
+
+from domo.protocol.dialects import Dialect
+from domo.protocol.family import split_peer_key
 
 __all__ = [
     "LOG_FORMATS",
@@ -69,6 +72,10 @@ _LEVELS: Final[dict[str, int]] = dict.fromkeys(_DEBUG, logging.DEBUG) | {
 
 
 # Events a remote peer can cause at line rate: logged at most ``burst`` a window per rule id.
+# ConnectionClosed has a limiter of its own (``CLOSES``): every client that leaves closes its
+# connection, so a line each was noise (issue 24), while the close it may mean (a frame over
+# max_message_bytes, MDP-D-25) is rare: one line a minute, with the count of the others, and
+# every close counted in the metrics (domo_connections_closed_total).
 _LIMITED: Final = frozenset({"ProtocolViolation", "RequestRefused", "ConnectionClosed"})
 
 
@@ -107,9 +114,12 @@ def log_event(logger: logging.Logger, event: object) -> None:
     kind = type(event).__name__
     limited = kind in _LIMITED or kind in _CHURN
     if limited:
-        limiter, key = (
-            (VIOLATIONS, getattr(event, "rule", "?")) if kind in _LIMITED else (CHURN, kind)
-        )
+        if kind == "ConnectionClosed":
+            limiter, key = CLOSES, getattr(event, "rule", "?")
+        elif kind in _LIMITED:
+            limiter, key = VIOLATIONS, getattr(event, "rule", "?")
+        else:
+            limiter, key = CHURN, kind
         allowed, suppressed = limiter.admit(key)
         if not allowed:
             return
@@ -161,6 +171,7 @@ class ViolationLimiter:
 
 VIOLATIONS = ViolationLimiter()  # one per process: the log is one per process too
 CHURN = ViolationLimiter(burst=100)  # worker registrations, departures, expiries: per kind
+CLOSES = ViolationLimiter(burst=1, window=60.0)  # ConnectionClosed: one line a minute
 
 
 class _Described:
@@ -176,15 +187,41 @@ class _Described:
 
 
 def peer_text(peer: object) -> str:
-    """A peer id for people: bytes as hex, a (connection, routing id) pair joined by '/'."""
+    """A peer id for people: bytes as hex, a (connection, routing id) pair joined by '/'; the
+    key the broker knows a peer of another dialect by (``domo.protocol.family.peer_key``) as
+    ``DIALECT CONNECTION/ROUTING-ID`` (no dialect for MDP/0.2's), then ``/HOP`` for each proxy
+    hop of its envelope and ``#KEY`` for a request key, rather than the 60-odd hex digits of
+    the whole key."""
     if isinstance(peer, bytes | bytearray | memoryview):
-        return bytes(peer).hex() or "''"
+        raw = bytes(peer)
+        return _family_peer(raw) or raw.hex() or "''"
     if isinstance(peer, tuple):
         return "/".join(peer_text(part) for part in peer)
     routing_id = getattr(peer, "routing_id", None)
     if routing_id is not None:
         return f"{getattr(peer, 'connection', '?')}/{peer_text(routing_id)}"
     return "-" if peer is None else str(peer)
+
+
+_DIALECT_NAMES: Final = frozenset(dialect.value.encode() for dialect in Dialect)
+
+
+def _family_peer(key: bytes) -> str | None:
+    """A family peer key (``split_peer_key``) for people, or None if ``key`` is not one."""
+    split = split_peer_key(key)
+    if split is None:
+        return None
+    connection, parts = split
+    named = [index for index, part in enumerate(parts) if index and part in _DIALECT_NAMES]
+    if not named:
+        return None
+    at = named[-1]
+    routing_id = parts[0].hex() or "''"
+    dialect = parts[at].decode()
+    # MDP/0.2 is what a peer speaks unless said: its peers read as "connection/routing id".
+    text = f"{'' if dialect == Dialect.MDP02.value else dialect + ' '}{connection}/{routing_id}"
+    text += "".join(f"/{hop.hex()}" for hop in parts[1:at])
+    return text + "".join(f"#{request.hex()}" for request in parts[at + 1 :])
 
 
 def _text(value: bytes) -> str:
@@ -206,7 +243,8 @@ _TEMPLATES: Final[dict[str, Callable[[Any], str]]] = {
     "WorkerRegistered": lambda e: f"worker {peer_text(e.worker)} serves {_text(e.service)}",
     "WorkerExpired": lambda e: (
         f"worker {peer_text(e.worker)} ({_text(e.service)}) expired: nothing heard from it for "
-        f"{_seconds(e.at - e.last_heard)}"
+        f"{_seconds(e.at - e.last_heard)} (it stopped or hung, or its heartbeat interval is "
+        "longer than this broker's: they must match)"
     ),
     "WorkerDisconnected": lambda e: (
         f"worker {peer_text(e.worker)} ({_text(e.service)}) left: {e.reason}"
@@ -253,7 +291,10 @@ _TEMPLATES: Final[dict[str, Callable[[Any], str]]] = {
     "ReconnectRequired": lambda e: (
         f"{e.reason}: reconnecting on a new socket in {_seconds(max(0.0, e.reconnect_at - e.at))}"
     ),
-    "WorkerConnected": lambda e: f"connected; READY sent for {_text(e.service)}",
+    "WorkerConnected": lambda e: (
+        f"READY sent for {_text(e.service)} on a new connection; waiting for the broker to "
+        "answer (a broker's first HEARTBEAT comes one interval later)"
+    ),
     "RequestReceived": lambda e: (
         f"request {e.number} from client {peer_text(e.client)} ({len(e.body)} frames)"
     ),
@@ -294,13 +335,16 @@ def _generic(event: object) -> str:
 
 
 class HumanFormatter(logging.Formatter):
-    """``2026-11-24 07:45:01.123 INFO domo.broker: message`` (local wall-clock time)."""
+    """``2026-11-24 07:45:01.123+01:00 INFO domo.broker: message``: local wall-clock time with
+    its offset from UTC, so lines from machines in other zones (or a log read after a clock
+    change) still line up."""
 
     def __init__(self) -> None:
-        super().__init__(
-            "%(asctime)s.%(msecs)03d %(levelname)s %(name)s: %(message)s",
-            datefmt="%Y-%m-%d %H:%M:%S",
-        )
+        super().__init__("%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+    def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:
+        local = datetime.datetime.fromtimestamp(record.created).astimezone()
+        return local.isoformat(sep=" ", timespec="milliseconds")
 
 
 class JsonFormatter(logging.Formatter):

@@ -34,7 +34,14 @@ if not __package__:  # run as a script: the checkout's root, so that ``tests`` i
 import domo.sync
 from domo.runtime.errors import DomoError
 from domo.titanic.sync import TitanicClient
-from tests.chaos.durable_procs import DOMO, RECORDING_WORKER, Processes, free_port, script_main
+from tests.chaos.durable_procs import (
+    DOMO,
+    PORT_TAKEN,
+    RECORDING_WORKER,
+    Processes,
+    free_port,
+    script_main,
+)
 
 SERVICE = "pair.echo"
 RECORD = re.compile(
@@ -124,19 +131,16 @@ def _overlap(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> floa
 class _Pair:
     def __init__(self, processes: Processes, config: PairChaosConfig, log_dir: Path) -> None:
         self.processes = processes
-        self.endpoints = [f"tcp://127.0.0.1:{free_port()}" for _ in range(2)]
-        pair = [f"tcp://127.0.0.1:{free_port()}" for _ in range(2)]
         beats = ["--heartbeat-interval", str(config.beat), "--liveness", "3"]
-        pair_beat = ["--pair-heartbeat", str(config.pair_beat)]
-        for name, role, bind, own, peer in (
-            ("primary", "--primary", self.endpoints[0], pair[0], pair[1]),
-            ("backup", "--backup", self.endpoints[1], pair[1], pair[0]),
-        ):
-            processes.start(
-                name,
-                [*DOMO, "broker", "--bind", bind, role, "--pair-bind", own, "--pair-peer", peer,
-                 *pair_beat, *beats],
-            )  # fmt: skip
+        for attempt in range(3):  # a port free_port picked may be taken before the bind
+            try:
+                self._start_brokers(config, beats)
+                break
+            except RuntimeError as error:
+                if PORT_TAKEN not in str(error) or attempt == 2:
+                    raise
+                for name in ("primary", "backup"):
+                    processes.discard(name)
         processes.wait_for("primary", r"primary -> active \(serving\)")
         processes.wait_for("backup", r"backup -> passive")
         both = [arg for endpoint in self.endpoints for arg in ("--connect", endpoint)]
@@ -153,6 +157,24 @@ class _Pair:
              "--beat", str(config.beat)],
         )  # fmt: skip
         processes.wait_for("worker", "serving")
+
+    def _start_brokers(self, config: PairChaosConfig, beats: list[str]) -> None:
+        """Start the primary and the backup on fresh ports; RuntimeError if one cannot bind."""
+        processes = self.processes
+        self.endpoints = [f"tcp://127.0.0.1:{free_port()}" for _ in range(2)]
+        pair = [f"tcp://127.0.0.1:{free_port()}" for _ in range(2)]
+        pair_beat = ["--pair-heartbeat", str(config.pair_beat)]
+        for name, role, bind, own, peer in (
+            ("primary", "--primary", self.endpoints[0], pair[0], pair[1]),
+            ("backup", "--backup", self.endpoints[1], pair[1], pair[0]),
+        ):
+            processes.start(
+                name,
+                [*DOMO, "broker", "--bind", bind, role, "--pair-bind", own, "--pair-peer", peer,
+                 *pair_beat, *beats],
+            )  # fmt: skip
+        for name in ("primary", "backup"):  # each prints it after binding both its sockets
+            processes.wait_for(name, "domo broker: listening on")
 
 
 def _kill_phase(config: PairChaosConfig, result: PairChaosResult, log_dir: Path) -> None:

@@ -78,6 +78,13 @@ class Processes:
             process.wait(10)
             self.kills[name] = self.kills.get(name, 0) + 1
 
+    def discard(self, name: str) -> None:
+        """Kill ``name`` if it still runs (a start that went wrong, to be tried again)."""
+        process = self.running.pop(name)
+        if process.poll() is None:
+            process.kill()
+        process.wait(10)
+
     def restart(self, name: str) -> subprocess.Popen[bytes]:
         return self.start(name, self.args[name])
 
@@ -90,6 +97,9 @@ class Processes:
         for process in self.all:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 process.wait(timeout=10)
+
+
+PORT_TAKEN = "Address already in use"  # free_port's pick was taken before the bind: pick again
 
 
 def executions(log: Path) -> dict[bytes, int]:

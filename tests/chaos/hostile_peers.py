@@ -191,9 +191,10 @@ def processes() -> Iterator[list[subprocess.Popen[bytes]]]:
 
 
 def mdp_worker(endpoint: str, service: str = "echo", *extra: str) -> subprocess.Popen[bytes]:
-    """``domo worker SERVICE`` (echo) as a process."""
+    """``domo worker SERVICE`` as a process: the built-in echo, or ``cat`` for another name."""
+    handler = [] if service == "echo" else ["--exec", "cat"]
     return subprocess.Popen(
-        [*DOMO, "worker", service, "--connect", endpoint, *extra],
+        [*DOMO, "worker", service, "--connect", endpoint, *handler, *extra],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )

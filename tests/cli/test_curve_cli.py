@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from domo.cli import EXIT_OK, EXIT_TIMEOUT, EXIT_USAGE
+from domo.cli import EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE
 
 from .conftest import QUICK_BEATS, StartDomo, run_domo
 
@@ -109,12 +109,13 @@ async def test_sighup_reload_admits_a_newly_allowed_key(domo: StartDomo, tmp_pat
         assert done.stdout == ("" if done.code else f"{name}\n")
         return done.code
 
-    assert await call("bob") == EXIT_TIMEOUT  # not on the list: refused, never served
+    # Not on the list: refused, never served; domo call sees the refusal (exit 9, at once).
+    assert await call("bob") == EXIT_UNREACHABLE
     await broker.line("is not on the allow-list", "stderr")
     allow.write_text(allow.read_text() + f"{bob_key}  # bob\n")
     broker.signal(signal.SIGHUP)
     await broker.line("allow-list reloaded", "stderr")
     assert await call("bob") == EXIT_OK
-    assert await call("alice") == EXIT_TIMEOUT  # still not listed
+    assert await call("alice") == EXIT_UNREACHABLE  # still not listed
     broker.signal(signal.SIGTERM)
     assert await broker.exit_code() == EXIT_OK

@@ -1,22 +1,19 @@
 """The built site in a real browser: headless Debian Chromium, driven by Selenium.
 
 Run by ``nox -s docs`` (not collected by the default test run: the file name does not start
-with ``test_``). It serves the site from ``DOMO_SITE_DIR`` (default build/site) on 127.0.0.1 and
-opens every page: each loads, each image renders (naturalWidth > 0), the console has no errors,
-and every internal link points at a file the server has. Screenshots of the pages listed in
-tests/docs/site_check.toml go to build/site-check/.
+with ``test_``). It opens the site as the README says it is: from the folder it is built in,
+``DOMO_SITE_DIR`` (default build/site), by ``file://`` URLs, with no server. Every page loads,
+each image renders (naturalWidth > 0), the console has no errors, every internal link points
+at a file (not a folder, which a browser would show as a listing), and search finds pages.
+Screenshots of the pages listed in tests/docs/site_check.toml go to build/site-check/.
 """
 
 from __future__ import annotations
 
-import functools
-import http.server
 import os
 import shutil
 import tempfile
-import threading
 import tomllib
-import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
@@ -25,6 +22,9 @@ from pathlib import Path
 import pytest
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support import expected_conditions
+from selenium.webdriver.support.ui import WebDriverWait
 
 ROOT = Path(__file__).resolve().parents[2]
 SITE = Path(os.environ.get("DOMO_SITE_DIR", ROOT / "build" / "site"))
@@ -43,27 +43,11 @@ FLAGS = [
 ]
 
 
-class QuietHandler(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, format: str, *args: object) -> None:
-        pass
-
-
-def serve(directory: Path) -> tuple[http.server.ThreadingHTTPServer, str]:
-    handler = functools.partial(QuietHandler, directory=str(directory))
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server, f"http://127.0.0.1:{server.server_address[1]}/"
-
-
 @pytest.fixture(scope="module")
-def site() -> Iterator[str]:
+def site() -> str:
+    """The site's folder as a file:// URL, as a reader opens it after ``nox -s docs``."""
     assert (SITE / "index.html").is_file(), f"build the site first (mkdocs build): {SITE}"
-    server, url = serve(SITE)
-    try:
-        yield url
-    finally:
-        server.shutdown()
-        server.server_close()
+    return SITE.resolve().as_uri() + "/"
 
 
 @pytest.fixture(scope="module")
@@ -127,13 +111,30 @@ def test_every_page_loads_renders_and_links_resolve(browser: webdriver.Chrome, s
             problems[page] = found
         links |= internal_links(browser, site)
     for link in sorted(links):
-        try:
-            with urllib.request.urlopen(link, timeout=10) as response:
-                assert response.status == 200
-        except urllib.error.HTTPError as error:
-            problems.setdefault("links", []).append(f"{link}: HTTP {error.code}")
+        target = Path(urllib.request.url2pathname(urllib.parse.urlparse(link).path))
+        if not target.is_file():  # a folder would open as a listing of its files
+            what = "a folder" if target.is_dir() else "missing"
+            problems.setdefault("links", []).append(f"{link}: {what}")
     assert problems == {}
     assert len(links) > len(pages)  # the nav links every page from every page
+
+
+def test_search_finds_pages_without_a_server(browser: webdriver.Chrome, site: str) -> None:
+    """The search box works from the folder: a word from the tutorials finds their pages."""
+    browser.get(site + "index.html")
+    box = WebDriverWait(browser, 10).until(
+        expected_conditions.element_to_be_clickable((By.CSS_SELECTOR, "input.md-search__input"))
+    )
+    box.click()  # as a reader does: opening search is what loads its index (from a file here)
+    box.send_keys("heartbeat")
+    results = WebDriverWait(browser, 20).until(
+        lambda driver: driver.find_elements(By.CSS_SELECTOR, ".md-search-result__item a")
+    )
+    hrefs = [result.get_attribute("href") or "" for result in results]
+    assert len(hrefs) >= 3, hrefs
+    for href in hrefs:
+        page = Path(urllib.request.url2pathname(urllib.parse.urlparse(href).path))
+        assert page.is_file(), href
 
 
 def test_screenshots_of_configured_pages(browser: webdriver.Chrome, site: str) -> None:

@@ -16,20 +16,18 @@ import shlex
 import signal
 import subprocess
 import sys
-import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from .processes import DOMO, ROOT, Process, run, start_broker, wait_for_service
+from .processes import EXAMPLES as EXAMPLES  # tests/titanic's tutorial test takes it from here
+
 TUTORIALS = ROOT / "docs" / "tutorials"
-EXAMPLES = TUTORIALS / "examples"
-BIN = Path(sys.executable).parent
-DOMO = str(BIN / "domo") if (BIN / "domo").exists() else "domo"
 PAGE_ENDPOINT = "tcp://127.0.0.1:5555"  # the endpoint the pages show; tests use free ports
 MAJORTOMO_VENV = ROOT / ".bench-venvs" / "majortomo"
 
@@ -40,7 +38,7 @@ RUN_BY = {
     "upper_worker.py": "test_python_worker_and_client_run",
     "upper_client.py": "test_python_worker_and_client_run",
     "upper_worker_asyncio.py": "test_each_runtime_serves_upper",
-    "upper_worker_sync.py": "test_each_runtime_serves_upper",
+    "upper_worker_sync.py": "test_each_runtime_serves_upper",  # and the SIGTERM test
     "count_worker_sync.py": "test_asyncio_callers",
     "callers_asyncio.py": "test_asyncio_callers",
     "callers_asyncio.out": "test_asyncio_callers",
@@ -126,114 +124,7 @@ def assert_shown(sample_file: str, lines: list[str]) -> None:
         rest = rest[found[0] + 1 :]
 
 
-# --- processes ---------------------------------------------------------------------------------
-
-
-class Process:
-    """A subprocess whose stdout and stderr are read into lists by threads, as they come."""
-
-    def __init__(self, *argv: str, cwd: Path = EXAMPLES, env: dict[str, str] | None = None):
-        self.argv = argv
-        self.popen = subprocess.Popen(
-            argv,
-            cwd=cwd,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        self.out: list[str] = []
-        self.err: list[str] = []
-        self._readers = [
-            threading.Thread(target=self._read, args=(self.popen.stdout, self.out), daemon=True),
-            threading.Thread(target=self._read, args=(self.popen.stderr, self.err), daemon=True),
-        ]
-        for reader in self._readers:
-            reader.start()
-
-    @staticmethod
-    def _read(stream: object, lines: list[str]) -> None:
-        for line in stream:  # type: ignore[attr-defined]
-            lines.append(line)
-
-    @property
-    def pid(self) -> int:
-        return self.popen.pid
-
-    def wait_for(self, what: Callable[[], bool], timeout: float = 10.0) -> None:
-        """Wait until ``what()`` holds; fail the test with the output so far if it does not."""
-        deadline = time.monotonic() + timeout
-        while not what():
-            if time.monotonic() > deadline or (self.popen.poll() is not None and not what()):
-                raise AssertionError(f"{self.argv}: gave up waiting; output so far:\n{self}")
-            time.sleep(0.02)
-
-    def line(self, pattern: str, timeout: float = 10.0, stream: str = "out") -> str:
-        """The first line of stdout (or stderr) that matches ``pattern``, waited for."""
-        lines = self.out if stream == "out" else self.err
-        found: list[str] = []
-
-        def seen() -> bool:
-            found[:] = [line for line in list(lines) if re.search(pattern, line)]
-            return bool(found)
-
-        self.wait_for(seen, timeout)
-        return found[0]
-
-    def stop(self, signum: int = signal.SIGINT, timeout: float = 10.0) -> int:
-        """Send ``signum`` (if still running), wait; SIGKILL if it does not exit in time."""
-        if self.popen.poll() is None:
-            self.popen.send_signal(signum)
-            try:
-                self.popen.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                self.popen.kill()
-                self.popen.wait(timeout=5)
-        for reader in self._readers:
-            reader.join(timeout=5)
-        for stream in (self.popen.stdout, self.popen.stderr):
-            if stream is not None:
-                stream.close()
-        return self.popen.returncode
-
-    def __str__(self) -> str:
-        return f"stdout:\n{''.join(self.out)}stderr:\n{''.join(self.err)}"
-
-
-@pytest.fixture
-def processes() -> Iterator[Callable[..., Process]]:
-    """Start processes that are all stopped (SIGINT, then SIGKILL) at the end of the test."""
-    started: list[Process] = []
-
-    def start(*argv: str, **kwargs: object) -> Process:
-        process = Process(*argv, **kwargs)  # type: ignore[arg-type]
-        started.append(process)
-        return process
-
-    try:
-        yield start
-    finally:
-        for process in reversed(started):
-            process.stop()
-
-
-def run(
-    *argv: str, timeout: float = 30, cwd: Path = EXAMPLES, env: dict[str, str] | None = None
-) -> subprocess.CompletedProcess[str]:
-    """Run a command to its end (bounded by ``timeout``), its output captured."""
-    return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, cwd=cwd, env=env)
-
-
-def start_broker(
-    start: Callable[..., Process], argv: list[str], **kwargs: object
-) -> tuple[Process, str]:
-    """Start a ``domo broker`` command of a page on a free port; the process and its endpoint."""
-    assert argv[:2] == ["domo", "broker"], argv
-    args = [re.sub(r"tcp://127\.0\.0\.1:\d+", "tcp://127.0.0.1:0", arg) for arg in argv[2:]]
-    broker = start(DOMO, "broker", *args, **kwargs)
-    line = broker.line("^domo broker: listening on ")  # printed first, then it serves
-    return broker, line.split()[-1]
+# --- processes (tests/docs/processes.py) -----------------------------------------------------
 
 
 def shell_commands(name: str, endpoint: str = PAGE_ENDPOINT) -> list[list[str]]:
@@ -250,17 +141,6 @@ def domo(argv: list[str], endpoint: str | None = None) -> list[str]:
     """A ``domo ...`` command of a page, runnable here; ``--connect endpoint`` added if given."""
     assert argv[0] == "domo", argv
     return [DOMO, *argv[1:], *(["--connect", endpoint] if endpoint else [])]
-
-
-def wait_for_service(endpoint: str, service: str, timeout: float = 10.0) -> None:
-    """Ask the broker (mmi.service) until a worker serves ``service``."""
-    deadline = time.monotonic() + timeout
-    while True:
-        answer = run(DOMO, "call", "mmi.service", service, "--connect", endpoint, timeout=10)
-        if answer.stdout.strip() == "200":
-            return
-        assert time.monotonic() < deadline, f"no worker registered for {service!r}"
-        time.sleep(0.05)
 
 
 @pytest.fixture
@@ -297,15 +177,30 @@ def test_python_worker_and_client_run(broker: str, processes: Callable[..., Proc
     assert (client.returncode, client.stdout) == (0, "HELLO\nWORLD\n"), client.stderr
 
 
-@pytest.mark.parametrize("example", ["upper_worker_asyncio.py", "upper_worker_sync.py"])
+@pytest.mark.parametrize(
+    "example", ["upper_worker.py", "upper_worker_asyncio.py", "upper_worker_sync.py"]
+)
 def test_each_runtime_serves_upper(
     broker: str, processes: Callable[..., Process], example: str
 ) -> None:
     worker = processes(sys.executable, example, broker)
     client = run(sys.executable, "upper_client.py", broker)
     assert (client.returncode, client.stdout) == (0, "HELLO\nWORLD\n"), client.stderr
-    # Ctrl-C stops it cleanly: DISCONNECT, so the broker forgets the worker at once.
-    assert worker.stop(signal.SIGINT) == 0, str(worker)
+    # Ctrl-C: one line, exit 130, and DISCONNECT sent, so the broker forgets the worker at once.
+    assert worker.stop(signal.SIGINT) == 130, str(worker)
+    assert worker.err == ["upper worker: interrupted\n"], str(worker)
+    mmi = run(DOMO, "call", "mmi.service", "upper", "--connect", broker)
+    assert mmi.stdout.strip() == "404", mmi
+
+
+def test_a_blocking_worker_stopped_by_sigterm_exits_0(
+    broker: str, processes: Callable[..., Process]
+) -> None:
+    """SIGTERM, a service manager's stop, is not an interruption: DISCONNECT, exit 0, quiet."""
+    worker = processes(sys.executable, "upper_worker_sync.py", broker)
+    wait_for_service(broker, "upper")
+    assert worker.stop(signal.SIGTERM) == 0, str(worker)
+    assert worker.err == [], str(worker)
     mmi = run(DOMO, "call", "mmi.service", "upper", "--connect", broker)
     assert mmi.stdout.strip() == "404", mmi
 
@@ -328,7 +223,7 @@ def test_web_app_answers_and_maps_a_timeout_to_504(
     url = app.line(r"^serving on http://127\.0\.0\.1:\d+/$").split()[-1]
     with urllib.request.urlopen(url + "?text=hello", timeout=20) as page:
         assert (page.status, page.read()) == (200, b"HELLO\n")
-    assert worker.stop() == 0
+    assert worker.stop(signal.SIGTERM) == 0  # a requested stop: DISCONNECT, exit 0
     started = time.monotonic()
     with pytest.raises(urllib.error.HTTPError) as failure:
         urllib.request.urlopen(url + "?text=hello", timeout=20)
@@ -580,20 +475,28 @@ def test_majortomo_page_long_requests_claim(
     processes: Callable[..., Process], majortomo_python: str
 ) -> None:
     """from-majortomo.md, "long requests": a majortomo worker busy longer than liveness x
-    interval is taken for dead by domo's broker (it sends no heartbeat while busy); a domo.sync
-    worker with the same handler is not."""
-    argv = ["domo", "broker", "--bind", "tcp://127.0.0.1:0"]
-    broker, endpoint = start_broker(
-        processes, [*argv, "--heartbeat-interval", "0.2", "--liveness", "3"]
-    )
-    call = [DOMO, "call", "slow", "x", "--connect", endpoint, "--timeout", "2", "--retries", "0"]
+    interval (it sends no heartbeat while busy) is served all the same, up to the broker's
+    --busy-worker-timeout (FAM-09); past that, it is taken for dead. A domo.sync worker with the
+    same handler is served either way (it heartbeats while busy)."""
+    argv = ["domo", "broker", "--bind", "tcp://127.0.0.1:0", "--heartbeat-interval", "0.2"]
+    call = ["call", "slow", "x", "--timeout", "3", "--retries", "0"]
+    # The default busy timeout: the 1 s request outlasts liveness x interval (0.6 s), served.
+    broker, endpoint = start_broker(processes, [*argv, "--liveness", "3"])
     majortomo = processes(majortomo_python, "-c", SLOW_MAJORTOMO_WORKER, endpoint)
     wait_for_service(endpoint, "slow")
-    lost = run(*call)
+    served = run(DOMO, *call, "--connect", endpoint)
+    assert (served.returncode, served.stdout) == (0, "x\n"), served
+    majortomo.stop(signal.SIGKILL)
+    broker.stop()
+    # A busy timeout under the request's time: the busy worker is taken for dead.
+    broker, endpoint = start_broker(processes, [*argv, "--busy-worker-timeout", "0.5"])
+    majortomo = processes(majortomo_python, "-c", SLOW_MAJORTOMO_WORKER, endpoint)
+    wait_for_service(endpoint, "slow")
+    lost = run(DOMO, *call, "--connect", endpoint)
     assert lost.returncode == 3, lost
     broker.line("WorkerExpired: .*'slow'", stream="err")
     majortomo.stop(signal.SIGKILL)
     processes(sys.executable, "-c", SLOW_DOMO_WORKER, endpoint)
     wait_for_service(endpoint, "slow")
-    served = run(*call)
+    served = run(DOMO, *call, "--connect", endpoint)
     assert (served.returncode, served.stdout) == (0, "x\n"), served

@@ -19,7 +19,12 @@ import trio
 
 from domo.curve import CurveError, CurveServer, KeyPair, NngTls
 from domo.eventlog import describe
-from domo.protocol.events import ProtocolViolation
+from domo.protocol.events import (
+    BrokerEvent,
+    ConnectionClosed,
+    ProtocolViolation,
+    RequestRefused,
+)
 from domo.protocol.memo01 import Memo01Broker
 from domo.trio import serve_broker
 from domo.trio._nng import BACKTRACE_ROOM, MEMO_HEADER_ROOM, NngConnection
@@ -31,10 +36,13 @@ pytestmark = [pytest.mark.io]
 
 
 async def received(conn: NngConnection, count: int) -> list[list[bytes]]:
+    """The next ``count`` requests taken in; a closed pipe's notice (one frame: the pipe, for
+    MEMO-23) is not a request and is passed over."""
     messages: list[list[bytes]] = []
     while len(messages) < count:
         await conn.wait(False)
-        messages += [[bytes(f) for f in m] for m in conn.receive(count - len(messages))]
+        taken = conn.receive(count - len(messages))
+        messages += [[bytes(f) for f in m] for m in taken if len(m) > 1]
     return messages
 
 
@@ -113,7 +121,8 @@ async def test_a_message_over_the_bound_is_not_taken_in(tmp_path: Path) -> None:
     """Finding 2: NNG's receive size is max_message_bytes plus the longest memo01 header; a
     longer message closes its peer's connection before the broker holds it."""
     url = f"ipc://{tmp_path}/s.ipc"
-    conn = NngConnection(f"nng+{url}", max_message_bytes=1000, initial=2)
+    closed: list[BrokerEvent] = []
+    conn = NngConnection(f"nng+{url}", max_message_bytes=1000, initial=2, on_event=closed.extend)
     with trio.fail_after(20):
         async with trio.open_nursery() as nursery:
             await nursery.start(conn.serve)
@@ -122,6 +131,11 @@ async def test_a_message_over_the_bound_is_not_taken_in(tmp_path: Path) -> None:
                 with trio.move_on_after(0.5):
                     await received(conn, 1)
                     raise AssertionError("a message over the bound was taken in")
+            # NNG closed that connection; the broker says so, as for ZeroMQ (MDP-D-31).
+            (event,) = closed
+            assert isinstance(event, ConnectionClosed)
+            assert (event.rule, event.endpoint) == ("MDP-D-31", f"nng+{url}")
+            assert "over max_message_bytes" in event.reason
             with pynng.Req0(dial=url, resend_time=-1) as req, req.new_context() as context:
                 await context.asend(b"y" * (1000 + MEMO_HEADER_ROOM))  # just fits
                 ((_, body),) = await received(conn, 1)
@@ -147,7 +161,10 @@ async def test_one_connection_holds_at_most_per_pipe_requests(tmp_path: Path) ->
     requests held, one more is released unanswered and counted; another connection is not
     affected."""
     url = f"ipc://{tmp_path}/p.ipc"
-    conn = NngConnection(f"nng+{url}", per_pipe=2, initial=8)
+    events: list[BrokerEvent] = []
+    conn = NngConnection(
+        f"nng+{url}", per_pipe=2, initial=8, on_event=events.extend, held_bytes=lambda: 77
+    )
     with trio.fail_after(20):
         async with trio.open_nursery() as nursery:
             await nursery.start(conn.serve)
@@ -156,9 +173,18 @@ async def test_one_connection_holds_at_most_per_pipe_requests(tmp_path: Path) ->
                 for number, context in enumerate(contexts):
                     await context.asend(b"held %d" % number)
                 held = await received(conn, 2)
-                while not conn.refused:  # noqa: ASYNC110 - the third is refused by its task
-                    await trio.sleep(0.01)
+                with trio.move_on_after(5):
+                    while not conn.refused:  # noqa: ASYNC110 - the third is refused by its task
+                        await trio.sleep(0.01)
+                assert conn.refused == 1
                 assert {body for _, body in held} < {b"held 0", b"held 1", b"held 2"}
+                (refused,) = [e for e in events if isinstance(e, RequestRefused)]
+                assert (refused.reason, refused.rule, refused.held) == (
+                    "client-limit",
+                    "FAM-07",
+                    77,
+                )
+                assert refused.size == len(b"held 0")
                 assert not conn.readable()
                 with pynng.Req0(dial=url, resend_time=-1) as other, other.new_context() as ctx:
                     await ctx.asend(b"other")
@@ -199,3 +225,79 @@ async def test_a_context_keeps_nothing_of_a_request_it_released(tmp_path: Path) 
                 assert alive == []
             nursery.cancel_scope.cancel()
     conn.close(0)
+
+
+async def test_domo_memo01_client_and_worker_over_tls_beside_curve(certs: Path) -> None:
+    """Finding 1, end to end in one process: serve_broker under CURVE with an nng+tls+tcp://
+    endpoint; domo's own memo01 worker and client (``tls=``) meet through it, and a client
+    without a certificate gets nothing."""
+    import zmq
+
+    from domo.curve import CurveServer, KeyPair
+    from domo.trio.memo01 import Memo01Client, Memo01Error, run_memo01_worker
+
+    public, secret = zmq.curve_keypair()
+    curve = CurveServer(KeyPair(public, secret), None)
+    tls = NngTls(certs / "localhost.pem", certs / "allowed.crt")
+    port = free_port()
+
+    async def shout(service: str, payload: bytes) -> bytes:
+        return payload.upper()
+
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            bound = await nursery.start(
+                lambda task_status: serve_broker(
+                    "tcp://127.0.0.1:0",
+                    f"nng+tls+tcp://127.0.0.1:{port}",
+                    curve=curve,
+                    nng_tls=tls,
+                    task_status=task_status,
+                )
+            )
+            url = bound[1].removeprefix("nng+")
+            assert url == f"tls+tcp://127.0.0.1:{port}"
+            await nursery.start(
+                lambda task_status: run_memo01_worker(
+                    url, ["shout"], shout, tls=tls_client(certs, "alice"), task_status=task_status
+                )
+            )
+            async with Memo01Client(url, tls=tls_client(certs, "alice")) as client:
+                assert await client.call("shout", b"over tls", timeout=10) == b"OVER TLS"
+            async with Memo01Client(url, tls=tls_client(certs, None)) as stranger:
+                with pytest.raises(Memo01Error, match="no RESULT"):
+                    await stranger.call("shout", b"keyless", timeout=1.0)
+            nursery.cancel_scope.cancel()
+
+
+def test_memo_24_one_connection_offers_at_most_max_seats_services() -> None:
+    """Finding 3: a READY that would take its NNG connection over ``max_seats`` seats is
+    dropped with MEMO-24 and released unanswered; another connection is not affected, and the
+    seats of a worker that leaves are free again."""
+    from domo.protocol.dialects.memo01 import MessageType, encode
+    from domo.protocol.events import WorkerRegistered
+    from domo.protocol.memo01 import Memo01Config
+
+    broker = Memo01Broker(memo_connections={1}, memo=Memo01Config(max_seats=512))
+
+    def ready(pipe: bytes, number: int, count: int) -> list[BrokerEvent]:
+        names = tuple(
+            sorted((f"s{number}-{i:03d}" for i in range(count)), key=lambda s: (len(s), s))
+        )
+        token = pipe + number.to_bytes(8, "big")
+        return broker.receive(token, [encode(MessageType.READY, services=names)], 0.0, connection=1)
+
+    a, b = b"\x00" * 7 + b"\x0a", b"\x00" * 7 + b"\x0b"
+    for number in (1, 2):  # 2 x 256 = 512 seats on connection a: allowed
+        events = ready(a, number, 256)
+        assert sum(isinstance(e, WorkerRegistered) for e in events) == 256
+    broker.take_outgoing()
+    events = ready(a, 3, 1)  # one more: over
+    violations = [(e.rule, e.peer, e.action) for e in events if isinstance(e, ProtocolViolation)]
+    assert violations == [("MEMO-24", a, "dropped")]
+    assert not any(isinstance(e, WorkerRegistered) for e in events)
+    assert broker.take_outgoing() == [(1, a + (3).to_bytes(8, "big"), ())]  # released
+    assert sum(isinstance(e, WorkerRegistered) for e in ready(b, 4, 256)) == 256  # another pipe
+    (first,) = [i for i, s in broker.memo_workers().items() if s[0] == "s1-000"]
+    broker.receive(b"\x00" * 16, [encode(MessageType.DISCONNECT, first)], 0.1, connection=1)
+    assert sum(isinstance(e, WorkerRegistered) for e in ready(a, 5, 256)) == 256  # freed

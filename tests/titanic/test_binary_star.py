@@ -295,3 +295,35 @@ def test_time_must_not_go_backwards() -> None:
 def test_heartbeat_must_be_positive() -> None:
     with pytest.raises(ValueError, match="heartbeat"):
         PairConfig(Role.PRIMARY, heartbeat=0)
+
+
+def test_the_spec_table_is_the_code_table() -> None:
+    """BSTAR-15: specs/binary-star.md's transition table says what TRANSITIONS does, cell by
+    cell (the role-dependent cells BSTAR-11 and BSTAR-13 say both outcomes)."""
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[2] / "specs" / "binary-star.md").read_text()
+    section = text.split("## Transitions on the peer's state", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("| ") and "---" not in line]
+    header = [cell.strip() for cell in rows[0].strip("|").split("|")]
+    assert header[1:] == [state.value for state in State]
+    seen = 0
+    for row in rows[1:]:
+        cells = [cell.strip() for cell in row.strip("|").split("|")]
+        state = State(cells[0])
+        for peer, cell in zip(State, cells[1:], strict=True):
+            new, rule = TRANSITIONS[(state, PEER_EVENTS[peer])]
+            assert f"({rule})" in cell, (state, peer, cell)
+            if rule in ("BSTAR-11", "BSTAR-13"):  # the primary's outcome, then the backup's
+                found = re.search(r"primary: \**(\w+)\**; backup: \**(\w+)\**", cell)
+                assert found, cell
+                for role, said in zip(Role, found.groups(), strict=True):
+                    m = machine(role, state)
+                    other = Role.BACKUP if role is Role.PRIMARY else Role.PRIMARY
+                    m.peer_state(other, peer, 0.5)
+                    assert state_of(m).value == said, (role, state, peer)
+            else:
+                assert re.sub(r"[*]", "", cell).startswith(new.value), (state, peer, cell)
+            seen += 1
+    assert seen == len(TRANSITIONS)

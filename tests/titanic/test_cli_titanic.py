@@ -50,9 +50,10 @@ async def test_submit_fetch_close_exit_codes_and_a_killed_titanic(
         assert submitted.code == 0, submitted
         request_id = submitted.stdout.strip()
         assert len(request_id) == 32
-        pending = await run_domo("fetch", request_id, *at)
+        pending = await run_domo("fetch", request_id, *at, "--wait", "0.5")
         assert (pending.code, pending.stdout) == (EXIT_PENDING, ""), pending
         assert "pending" in pending.stderr
+        assert pending.elapsed >= 0.5  # it fetched again for the time it was given
 
         os.kill(titanic_pid, signal.SIGKILL)  # a process this test started
         again = await domo(

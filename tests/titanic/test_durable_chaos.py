@@ -36,7 +36,7 @@ def test_a_binary_star_pair_takes_over_and_never_serves_twice() -> None:
     """BSTAR-10, BSTAR-11, BSTAR-12, BSTAR-17: the backup serves within 2 pair heartbeats and
     one client timeout of the primary's SIGKILL with 0 durable requests lost; a SIGSTOPped
     primary, resumed, never serves beside the backup."""
-    config = PairChaosConfig(requests=100, clients=2, stop_seconds=1.5)
+    config = PairChaosConfig(requests=100, clients=2, stop_seconds=2.5)  # margin for load
     result = run_pair_chaos(config)
     assert result.problems == []
     assert result.lost == 0

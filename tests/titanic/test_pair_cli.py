@@ -8,23 +8,36 @@ import signal
 
 import trio
 
-from ..chaos.durable_procs import free_port
+from ..chaos.durable_procs import PORT_TAKEN, free_port
 from ..cli.conftest import QUICK_BEATS, StartDomo, run_domo
 
 
 async def _pair(domo: StartDomo, metrics: str) -> tuple[list[str], int]:
-    ports = [free_port() for _ in range(4)]
-    endpoints = [f"tcp://127.0.0.1:{ports[0]}", f"tcp://127.0.0.1:{ports[1]}"]
-    pair = [f"tcp://127.0.0.1:{ports[2]}", f"tcp://127.0.0.1:{ports[3]}"]
     beat = ["--pair-heartbeat", "0.2", *QUICK_BEATS]
-    primary = await domo(
-        "broker", "--bind", endpoints[0], "--primary", "--pair-bind", pair[0],
-        "--pair-peer", pair[1], "--metrics", metrics, *beat,
-    )  # fmt: skip
-    backup = await domo(
-        "broker", "--bind", endpoints[1], "--backup", "--pair-bind", pair[1],
-        "--pair-peer", pair[0], *beat,
-    )  # fmt: skip
+    for attempt in range(3):  # a port free_port picked may be taken before the bind: again
+        ports = [free_port() for _ in range(4)]
+        endpoints = [f"tcp://127.0.0.1:{ports[0]}", f"tcp://127.0.0.1:{ports[1]}"]
+        pair = [f"tcp://127.0.0.1:{ports[2]}", f"tcp://127.0.0.1:{ports[3]}"]
+        primary = await domo(
+            "broker", "--bind", endpoints[0], "--primary", "--pair-bind", pair[0],
+            "--pair-peer", pair[1], "--metrics", metrics, *beat,
+        )  # fmt: skip
+        backup = await domo(
+            "broker", "--bind", endpoints[1], "--backup", "--pair-bind", pair[1],
+            "--pair-peer", pair[0], *beat,
+        )  # fmt: skip
+        try:
+            for broker in (primary, backup):
+                await broker.line("domo broker: listening on")
+            break
+        except AssertionError:
+            taken = any(PORT_TAKEN in "\n".join(b.lines("stderr")) for b in (primary, backup))
+            if not taken or attempt == 2:
+                raise
+            for broker in (primary, backup):
+                if broker.process.returncode is None:
+                    broker.signal(signal.SIGKILL)
+                await broker.exit_code()
     await primary.line("domo broker: pair primary: primary -> active (serving)")
     await backup.line("domo broker: pair backup: backup -> passive (not serving)")
     return endpoints, primary.pid
@@ -48,7 +61,9 @@ async def test_a_pair_forms_shows_in_status_and_fails_over(domo: StartDomo) -> N
         )
         assert alone.code == 3, alone
         os.kill(primary_pid, signal.SIGKILL)  # a process this test started
-        after = await run_domo("call", "echo", "after", *both, "--timeout", "1", "--retries", "8")
+        after = await run_domo(
+            "call", "echo", "after", *both, "--timeout", "1", "--retries", "8", time_limit=40
+        )
         assert (after.code, after.stdout) == (0, "after\n"), after
 
 

@@ -189,3 +189,8 @@ def test_a_transaction_commits_its_writes_together_or_not_at_all(tmp_path: Path)
     assert store.counts() == {"pending": 1, "done": 1, "failed": 0}
     store.add([request(4)])  # usable afterwards
     store.close()
+
+
+def test_a_file_in_a_missing_directory_is_refused_plainly(tmp_path: Path) -> None:
+    with pytest.raises(StoreError, match="no directory"):
+        SqliteStore(tmp_path / "nowhere" / "t.db")

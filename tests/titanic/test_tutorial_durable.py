@@ -52,7 +52,7 @@ def started() -> Iterator[Started]:
             process.stdout.close()
 
 
-def wait_line(process: subprocess.Popen[bytes], prefix: str, limit: float = 20.0) -> str:
+def wait_line(process: subprocess.Popen[bytes], prefix: str, limit: float = 60.0) -> str:
     assert process.stdout is not None
     deadline = time.monotonic() + limit
     while time.monotonic() < deadline:
@@ -64,7 +64,8 @@ def wait_line(process: subprocess.Popen[bytes], prefix: str, limit: float = 20.0
 
 
 def bash(script: str, endpoint: str, cwd: Path) -> list[str]:
-    """A page's shell block run in bash, its endpoint replaced; stdout and stderr lines."""
+    """A page's shell block run in bash, its endpoint replaced; stdout and stderr lines (its
+    ``--wait 60`` and the processes it starts fit in the time allowed, even under load)."""
     text = (EXAMPLES / script).read_text().replace(PAGE_ENDPOINT, endpoint)
     env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
     done = subprocess.run(
@@ -74,7 +75,7 @@ def bash(script: str, endpoint: str, cwd: Path) -> list[str]:
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
-        timeout=60,
+        timeout=150,
         check=False,
     )  # fmt: skip  (as a terminal shows it: both streams, in order)
     return done.stdout.splitlines()
@@ -114,16 +115,11 @@ def test_requests_survive_a_crash_tutorial(started: Started, tmp_path: Path) -> 
         for command in shell_commands("durable_worker.sh")
     ]
     started.start(worker, tmp_path)
-    deadline = time.monotonic() + 45
-    while True:  # the page: "within a few seconds"; pending until then (exit code 15)
-        fetched = bash("durable_fetch.sh", endpoint, tmp_path)
-        if "exit code: 15" not in fetched or time.monotonic() > deadline:
-            break
-        time.sleep(0.5)
+    fetched = bash("durable_fetch.sh", endpoint, tmp_path)  # its --wait 60 covers the retries
     assert_shown("durable_fetch.out", fetched)
     again = subprocess.run(
         [sys.executable, "-m", "domo", "fetch", request_id, "--connect", endpoint],
-        capture_output=True, text=True, timeout=30, check=False,
+        capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
     assert again.returncode == 16, again  # closed: unknown now
 

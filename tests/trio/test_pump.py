@@ -1,10 +1,12 @@
-"""``SessionPump`` against a connection that consumes wake-ups the way ZeroMQ's FD does.
+"""A worker session's tasks against a connection that consumes wake-ups the way ZeroMQ's FD does.
 
 ZeroMQ wakes a socket's owner through an edge-triggered FD: a message that arrives while the
 reader sleeps fires it once, and any call on the socket (a send too) may take that wake-up away.
-``SessionPump.call`` sends a handler's answer itself while the pump sleeps on the socket, so it
-must wake the pump when a message is waiting that the pump will not be told of. The real race
-lasts microseconds; ``EdgeConnection`` makes it happen every time.
+A worker session's task runs the handler itself and sends the FINAL, then waits on the socket
+again; its timer task reads the socket while a handler awaits. ``EdgeConnection`` makes the
+race of a message arriving around a send happen every time, so the tests see that no message
+waits for a deadline, that a request costs one wake-up, and that heartbeats go on both ways
+while a handler works.
 """
 
 from __future__ import annotations
@@ -16,15 +18,21 @@ import trio
 import trio.testing
 
 from domo.protocol import WorkerConfig, WorkerSession
-from domo.protocol.events import ReconnectRequired, RequestReceived, WorkerEvent
-from domo.trio._pump import SessionPump
+from domo.protocol.events import (
+    ReconnectRequired,
+    RequestAbandoned,
+    RequestReceived,
+    WorkerEvent,
+)
 from domo.trio._transport import SENT
+from domo.trio.worker import _Serving
 
 from .conftest import Recorder
 
-Pump = SessionPump[WorkerEvent]
 REQUEST = [b"MDPW02", b"\x02", b"client", b"", b"body"]
 DISCONNECT = [b"MDPW02", b"\x06"]
+HEARTBEAT = [b"MDPW02", b"\x05"]
+FINAL = (b"MDPW02", b"\x04", b"client", b"", b"done")
 
 
 class EdgeConnection:
@@ -86,56 +94,122 @@ class EdgeConnection:
         self._wakeup.set()
 
 
-def worker_pump() -> tuple[EdgeConnection, WorkerSession, Recorder[WorkerEvent], Pump]:
-    """A worker session's pump over an ``EdgeConnection``, heartbeat interval 1 s."""
+class Handler:
+    """An async handler that waits until the test lets it answer ``done``."""
+
+    def __init__(self) -> None:
+        self.go = trio.Event()
+        self.started = trio.Event()
+
+    async def __call__(self, body: list[bytes]) -> bytes:
+        self.started.set()
+        await self.go.wait()
+        return b"done"
+
+
+def worker(handler: Handler) -> tuple[EdgeConnection, _Serving, Recorder[WorkerEvent]]:
+    """A worker session's tasks over an ``EdgeConnection``, heartbeat interval 1 s."""
     conn = EdgeConnection()
     session = WorkerSession(b"echo", WorkerConfig(heartbeat_interval=1.0))
     events: Recorder[WorkerEvent] = Recorder()
-    return conn, session, events, SessionPump(session, lambda: conn, events, session.disconnect, 0)
+    serving = _Serving(session, lambda: conn, handler, events, 0.0, None)
+    return conn, serving, events
 
 
-async def hand_a_request(
-    nursery: trio.Nursery, conn: EdgeConnection, pump: Pump, events: Recorder[WorkerEvent]
-) -> None:
-    """Start the pump, let the broker hand it a REQUEST, return once it sleeps again."""
-    nursery.start_soon(pump.run)
-    await trio.sleep(0.25)
-    conn.deliver(REQUEST)
-    await events.wait_for(RequestReceived)
+async def start(nursery: trio.Nursery, serving: _Serving) -> None:
+    nursery.start_soon(serving.run)
+    nursery.start_soon(serving.time)
     await trio.sleep(0.25)
 
 
-async def test_a_message_whose_wake_up_an_answer_took_is_still_handled_at_once(
+async def test_a_message_that_comes_as_the_final_goes_out_is_handled_at_once(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
-    """The broker's DISCONNECT arrives just before the handler's FINAL is sent from the
-    handler's task, and that send takes the FD's wake-up: the pump is woken all the same and
-    handles the DISCONNECT at that instant, not at its next deadline (a heartbeat, 1 s on)."""
-    conn, session, events, pump = worker_pump()
+    """The broker's DISCONNECT arrives just before the handler's FINAL is sent, and that send
+    takes the FD's wake-up: the worker handles the DISCONNECT at that instant all the same, not
+    at its next deadline (a heartbeat, 1 s on)."""
+    handler = Handler()
+    conn, serving, events = worker(handler)
     with trio.fail_after(10):
         async with trio.open_nursery() as nursery:
-            await hand_a_request(nursery, conn, pump, events)
-            start = trio.current_time()
+            await start(nursery, serving)
+            conn.deliver(REQUEST)
+            await handler.started.wait()
+            start_at = trio.current_time()
             conn.deliver(DISCONNECT)
-            pump.call(session.send_final, (b"done",))
+            handler.go.set()
             reconnect = await events.wait_for(ReconnectRequired)
-            assert reconnect.at == start
-            assert conn.sent[-1] == (b"MDPW02", b"\x04", b"client", b"", b"done")
+            assert reconnect.at == start_at
+            assert FINAL in conn.sent
             nursery.cancel_scope.cancel()
 
 
-async def test_an_answer_to_a_sleeping_pump_goes_out_without_waking_it(
-    autojump_clock: trio.testing.MockClock,
-) -> None:
-    """With nothing else on the socket, the FINAL is sent by the handler's task at once and the
-    pump stays asleep (its wake-up costs more than the send)."""
-    conn, session, events, pump = worker_pump()
+async def test_a_request_costs_one_wake_up(autojump_clock: trio.testing.MockClock) -> None:
+    """A handler that does not wait answers in the task that read the REQUEST: one wake-up of
+    the socket's task per request, and the FINAL goes out before any heartbeat is due."""
+
+    async def echo(body: list[bytes]) -> list[bytes]:
+        return body
+
+    conn = EdgeConnection()
+    session = WorkerSession(b"echo", WorkerConfig(heartbeat_interval=1.0))
+    events: Recorder[WorkerEvent] = Recorder()
+    serving = _Serving(session, lambda: conn, echo, events, 0.0, None)
     with trio.fail_after(10):
         async with trio.open_nursery() as nursery:
-            await hand_a_request(nursery, conn, pump, events)
-            wakeups = conn.wakeups
-            pump.call(session.send_final, (b"done",))
-            assert conn.sent[-1] == (b"MDPW02", b"\x04", b"client", b"", b"done")
-            await trio.sleep(0.25)  # before the heartbeat is due
-            assert conn.wakeups == wakeups
+            await start(nursery, serving)
+            for number in range(1, 4):
+                wakeups = conn.wakeups
+                conn.deliver(REQUEST)
+                await trio.sleep(0.01)
+                assert conn.wakeups == wakeups + 1
+                assert conn.sent[-1] == (b"MDPW02", b"\x04", b"client", b"", b"body")
+                assert [e.number for e in events.of_type(RequestReceived)][-1] == number
+            nursery.cancel_scope.cancel()
+
+
+async def test_heartbeats_go_on_both_ways_while_the_handler_waits(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """MDP-H-04: a handler that waits 5 intervals: the timer sends a HEARTBEAT each interval
+    and reads the broker's, so the session keeps its broker; then the FINAL goes out."""
+    handler = Handler()
+    conn, serving, events = worker(handler)
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            await start(nursery, serving)
+            conn.deliver(REQUEST)
+            await handler.started.wait()
+            sent_before = len(conn.sent)
+            for _ in range(5):
+                await trio.sleep(1.0)
+                conn.deliver(HEARTBEAT)
+            beats = [m for m in conn.sent[sent_before:] if m == tuple(HEARTBEAT)]
+            assert len(beats) >= 4
+            assert not events.of_type(ReconnectRequired)
+            handler.go.set()
+            await trio.sleep(0.01)
+            assert conn.sent[-1] == FINAL
+            nursery.cancel_scope.cancel()
+
+
+async def test_a_disconnect_while_the_handler_waits_ends_the_handler(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A DISCONNECT that comes while the handler waits is read by the timer at the session's
+    next deadline: the request is abandoned, the handler cancelled, no FINAL sent."""
+    handler = Handler()
+    conn, serving, events = worker(handler)
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            await start(nursery, serving)
+            conn.deliver(REQUEST)
+            await handler.started.wait()
+            conn.deliver(DISCONNECT)
+            (abandoned,) = [await events.wait_for(RequestAbandoned)]
+            assert abandoned.reason == "broker-disconnect"
+            await events.wait_for(ReconnectRequired)
+            await trio.sleep(0.01)
+            assert FINAL not in conn.sent
+            assert not handler.go.is_set()
             nursery.cancel_scope.cancel()

@@ -1,6 +1,5 @@
 """A streaming worker in blocking code: "count" replies 1, 2, ... N, one PARTIAL each."""
 
-import contextlib
 import signal
 import sys
 import time
@@ -17,6 +16,9 @@ def count(frames: list[bytes]) -> Iterator[bytes]:
 
 if __name__ == "__main__":
     endpoint = sys.argv[1] if len(sys.argv) > 1 else "tcp://127.0.0.1:5555"
-    signal.signal(signal.SIGTERM, signal.default_int_handler)
-    with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C or SIGTERM: DISCONNECT, then out
-        run_worker(endpoint, "count", count)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # a service manager's stop: exit 0
+    try:
+        run_worker(endpoint, "count", count)  # says DISCONNECT on its way out, however it ends
+    except KeyboardInterrupt:  # Ctrl-C
+        print("count worker: interrupted", file=sys.stderr)
+        sys.exit(130)  # 128 + SIGINT: what a shell reports for a command stopped by Ctrl-C

@@ -1,7 +1,6 @@
 """Submit a durable request, then fetch its reply: the same steps from Python (domo.sync)."""
 
 import sys
-import time
 
 import domo.sync
 from domo.titanic.sync import TitanicClient
@@ -15,11 +14,7 @@ with domo.sync.Client(endpoint, timeout=2.5) as client:
 
     # ... the program may stop here and come back later with the id ...
 
-    for _ in range(600):  # a minute at most
-        fetched = titanic.fetch(request_id)
-        if not fetched.pending:
-            break
-        time.sleep(0.1)  # 300 PENDING: "try again later"
+    fetched = titanic.wait(request_id, timeout=60)  # fetch, again while pending
     if fetched.done:
         print(fetched.reply()[0].decode())  # a worker's error would raise RemoteError here
         titanic.close(request_id)  # Titanic may forget it now

@@ -1,6 +1,5 @@
 """The "upper" worker in blocking code: a plain function, run in the calling thread."""
 
-import contextlib
 import signal
 import sys
 
@@ -13,6 +12,9 @@ def upper(frames: list[bytes]) -> list[bytes]:
 
 if __name__ == "__main__":
     endpoint = sys.argv[1] if len(sys.argv) > 1 else "tcp://127.0.0.1:5555"
-    signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM stops it as Ctrl-C does
-    with contextlib.suppress(KeyboardInterrupt):  # run_worker says DISCONNECT on its way out
-        run_worker(endpoint, "upper", upper)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # a service manager's stop: exit 0
+    try:
+        run_worker(endpoint, "upper", upper)  # says DISCONNECT on its way out, however it ends
+    except KeyboardInterrupt:  # Ctrl-C
+        print("upper worker: interrupted", file=sys.stderr)
+        sys.exit(130)  # 128 + SIGINT: what a shell reports for a command stopped by Ctrl-C

@@ -66,7 +66,10 @@ EXIT_CODES: Final[dict[str, list[tuple[int, str]]]] = {
     "broker": [
         (EXIT_OK, _STOPPED),
         (EXIT_ERROR, _BUG),
-        (EXIT_USAGE, "usage error: bad arguments or options"),
+        (
+            EXIT_USAGE,
+            "usage error: bad arguments or options; or --metrics without prometheus-client",
+        ),
         (EXIT_ENDPOINT, _ENDPOINT_FAILED),
     ],
     "worker": [
@@ -81,12 +84,17 @@ EXIT_CODES: Final[dict[str, list[tuple[int, str]]]] = {
         (EXIT_USAGE, "usage error: bad arguments or options"),
         (
             EXIT_TIMEOUT,
-            "no reply in time after every retry (broker down, no worker, or the "
-            "work takes longer than --timeout)",
+            "no reply in time after every retry (no worker, the work takes longer than "
+            "--timeout, or a broker that stopped answering)",
         ),
         (EXIT_REMOTE_ERROR, "the worker's handler failed (its error type and message on stderr)"),
         (EXIT_ENDPOINT, _ENDPOINT_FAILED),
         (EXIT_NOT_FOUND, "mmi.*: the broker answered 404 (no worker for the service) or 501"),
+        (
+            EXIT_UNREACHABLE,
+            "cannot reach a broker at the endpoint (nothing listens there, it does not speak "
+            "ZeroMQ, or it refused this peer's CURVE key); said within about 1.5 s",
+        ),
         (EXIT_INTERRUPTED, "stopped by SIGINT (Ctrl-C); 143 by SIGTERM"),
     ],
     "demo": [
@@ -496,6 +504,22 @@ def _endpoint(schemes: Sequence[str], text: str) -> str:
         return check_endpoint(text, bind="inproc" in schemes, schemes=schemes)
     except EndpointError as error:
         raise argparse.ArgumentTypeError(str(error)) from None
+
+
+METRICS_HINT: Final = (
+    "needs prometheus-client, the metrics extra: pip install 'domo[metrics]' (from a checkout: "
+    "pip install '.[metrics]')"
+)
+
+
+def _metrics_missing(what: str) -> bool:
+    """Whether the metrics extra is missing; if so, says on stderr what needs it (``what``:
+    "domo status", "domo broker: --metrics") and how to install it. Checked before the first
+    use, because ``domo.metrics`` imports prometheus-client only where it is used."""
+    if importlib.util.find_spec("prometheus_client") is not None:
+        return False
+    print(f"{what} {METRICS_HINT}", file=sys.stderr)
+    return True
 
 
 def _nng_installed() -> bool:

@@ -5,6 +5,7 @@ with optional CURVE, metrics and traces; the late-worker hint in its log.
 from __future__ import annotations
 
 import argparse
+import logging
 import signal
 import sys
 from collections.abc import AsyncIterator
@@ -35,7 +36,7 @@ from domo.protocol.events import (
     WorkerDisconnected,
     WorkerExpired,
 )
-from domo.runtime import memory
+from domo.runtime import fdlimit, memory
 from domo.trio import (
     Drain,
     serve_broker,
@@ -56,6 +57,7 @@ from ._common import (
     _count,
     _endpoint,
     _graceful_stop,
+    _metrics_missing,
     _positive_float,
     _subcommand,
     logger,
@@ -132,8 +134,9 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         default=defaults.max_client_requests,
         metavar="N",
         help="requests one client may have outstanding at once in a dialect that allows "
-        "several (MDP/0.1 on a DEALER, DCP, eMQP); one more is refused, logged and counted in "
-        "domo_requests_refused (specs/family.md, FAM-07; default: %(default)s)",
+        "several (MDP/0.1 on a DEALER, DCP, eMQP; memo01: one NNG connection, its workers "
+        "included); one more is refused, logged and counted in domo_requests_refused "
+        "(specs/family.md, FAM-07; default: %(default)s)",
     )
     sub.add_argument(
         "--trace-dir",
@@ -182,6 +185,14 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 TRIM_INTERVAL: Final = 2.0  # seconds between two hand-backs of the heap's free pages
+
+
+async def _watch_open_files(watch: fdlimit.OpenFileWatch) -> None:
+    """Say when the broker runs short of open files (``domo.runtime.fdlimit``): past its limit
+    ZeroMQ refuses new peers without a word."""
+    while True:
+        await trio.sleep(watch.every)
+        watch.check(trio.current_time())
 
 
 async def _trim_memory() -> None:
@@ -238,16 +249,16 @@ async def _broker(args: argparse.Namespace) -> int:
     if args.trace_dir is not None and (error := _check_trace_dir(args.trace_dir)) is not None:
         print(f"domo broker: {error}", file=sys.stderr)
         return EXIT_USAGE
+    # Each peer takes one of the broker's open files: as many as the system lets it have.
+    open_files = fdlimit.OpenFileWatch(
+        fdlimit.raise_open_file_limit(), logging.getLogger("domo.broker")
+    )
+    print(f"domo broker: {open_files.budget.describe()}", flush=True)
     if args.metrics is not None:
-        try:
-            from domo.metrics import BrokerMetrics, serve_metrics
-        except ImportError:
-            print(
-                "domo broker: --metrics needs prometheus-client: pip install '.[metrics]' in "
-                "domo's source directory",
-                file=sys.stderr,
-            )
+        if _metrics_missing("domo broker: --metrics"):
             return EXIT_USAGE
+        from domo.metrics import BrokerMetrics, serve_metrics
+
         metrics = BrokerMetrics(config)
         if pair is not None:
             _pair.pair_metrics(metrics.registry, pair)
@@ -257,6 +268,7 @@ async def _broker(args: argparse.Namespace) -> int:
             print(f"domo broker: cannot serve metrics at {args.metrics}: {error}", file=sys.stderr)
             return EXIT_ENDPOINT
         print(f"domo broker: metrics on http://{host}:{port}/metrics", flush=True)
+        open_files.register_metrics(metrics.registry)
         counted = on_event
 
         def on_event(event: BrokerEvent) -> None:
@@ -280,6 +292,7 @@ async def _broker(args: argparse.Namespace) -> int:
         with stop:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(_trim_memory)
+                nursery.start_soon(_watch_open_files, open_files)
                 bound: list[str] = await nursery.start(serve, *(args.bind or [DEFAULT_ENDPOINT]))
                 if pair is not None:  # after the bind: the first state goes out when it serves
                     await nursery.start(pair.run)

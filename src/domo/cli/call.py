@@ -11,6 +11,7 @@ import json
 import os
 import signal
 import sys
+from typing import Final
 
 import trio
 
@@ -28,6 +29,7 @@ from ._common import (
     EXIT_OK,
     EXIT_REMOTE_ERROR,
     EXIT_TIMEOUT,
+    EXIT_UNREACHABLE,
     LARGE_BODY,
     _add_connect_option,
     _add_curve_client_options,
@@ -38,6 +40,13 @@ from ._common import (
     _stop_on_signal,
     _subcommand,
 )
+from ._probe import probe
+
+# A resent request is a second run of the work: MDP/0.2 has no way to call the first one off.
+# So the call waits longer than a worker's default command limit (domo worker --exec-timeout,
+# 30 s) before it resends; no broker is said at once anyway (``probe``), and no worker is said
+# as soon as the broker says so (mmi.service).
+CALL_TIMEOUT: Final = 35.0
 
 
 def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -64,9 +73,12 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     sub.add_argument(
         "--timeout",
         type=_positive_float,
-        default=2.5,
+        default=CALL_TIMEOUT,
         metavar="SECONDS",
-        help="wait this long for a reply before resending on a new socket (default: %(default)s)",
+        help="wait this long for a reply (or the next PARTIAL) before resending the request on "
+        "a new socket; longer than domo worker's --exec-timeout by default, so a slow command "
+        "is not run again for each resend, and one that runs out of time is reported by its "
+        "worker (default: %(default)s)",
     )
     sub.add_argument(
         "--retries",
@@ -134,9 +146,61 @@ async def _request(args: argparse.Namespace) -> int:
     endpoints = args.connects or [args.connect]  # failover order (MDP-D-28)
     client = Client(endpoints, timeout=args.timeout, retries=args.retries, curve=args.curve)
     async with client:
-        for _ in itertools.count() if args.repeat == 0 else range(args.repeat):
-            code = await _request_once(client, args) or code
+        for number in itertools.count() if args.repeat == 0 else range(args.repeat):
+            if number == 0 and len(endpoints) == 1 and args.repeat == 1:
+                outcome = await _first_request(client, args)
+                if isinstance(outcome, str):
+                    print(
+                        f"domo call: cannot reach a broker at {args.connect}: {outcome}",
+                        file=sys.stderr,
+                    )
+                    return EXIT_UNREACHABLE
+                code = outcome or code
+            else:
+                code = await _request_once(client, args) or code
     return code
+
+
+# The look underneath a single request (domo.cli._probe; not with --repeat, a load or a
+# fuzzer's client, nor with several brokers): set off when no reply came within PROBE_AFTER
+# seconds (most replies come sooner, and a probe is a connection the broker sees come and go),
+# for up to PROBE_WAIT seconds of watching.
+PROBE_AFTER: Final = 0.3
+PROBE_WAIT: Final = 1.0
+NOTE_FROM: Final = 2.0  # seconds of --timeout from which "no worker ... yet" is worth a line
+
+
+async def _first_request(client: Client, args: argparse.Namespace) -> int | str:
+    """The first request, with ``probe`` beside it: its exit code, or what the probe saw (a
+    phrase) if no ZeroMQ peer is at the endpoint. That way no broker is said within about a
+    second and a half, not after every retry (11 s with the defaults)."""
+    outcome: int | str = EXIT_ERROR
+
+    async def look_underneath(scope: trio.CancelScope) -> None:
+        nonlocal outcome
+        await trio.sleep(PROBE_AFTER)
+        unreachable = await probe(args.connect, PROBE_WAIT, args.curve)
+        if unreachable is not None:
+            outcome = unreachable
+            scope.cancel()
+        elif (
+            args.timeout >= NOTE_FROM
+            and not args.service.startswith("mmi.")
+            and not await _has_worker(args)
+        ):
+            print(
+                f"domo call: no worker serves {args.service!r} at {args.connect} yet; the "
+                f"request waits for one in the broker's queue (resent after --timeout "
+                f"{args.timeout:g} s; Ctrl-C stops)",
+                file=sys.stderr,
+                flush=True,
+            )
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(look_underneath, nursery.cancel_scope)
+        outcome = await _request_once(client, args)
+        nursery.cancel_scope.cancel()
+    return outcome
 
 
 async def _request_once(client: Client, args: argparse.Namespace) -> int:
@@ -183,6 +247,17 @@ def _write_json_reply(frames: list[bytes], final: bool) -> None:
         shown, encoding = [base64.b64encode(frame).decode("ascii") for frame in frames], "base64"
     line = {"reply": "final" if final else "partial", "frames": shown, "encoding": encoding}
     print(json.dumps(line), flush=True)
+
+
+async def _has_worker(args: argparse.Namespace) -> bool:
+    """Whether the broker says a worker serves the service (mmi.service; one short try, and
+    True if the broker does not answer it: nothing is then known)."""
+    async with Client(args.connect, timeout=1.0, retries=0, curve=args.curve) as client:
+        try:
+            answer = await client.request("mmi.service", args.service.encode())
+        except RequestError:
+            return True
+    return answer[:1] == [b"200"]
 
 
 async def _why_no_reply(args: argparse.Namespace, attempts: int) -> str:
@@ -232,8 +307,12 @@ async def _why_no_reply(args: argparse.Namespace, attempts: int) -> str:
             f"{repeated}"
         )
     return (
-        f"a worker serves {args.service!r}, so the work takes longer than --timeout "
-        f"{args.timeout:g} s: give it more time (e.g. --timeout {args.timeout * 4:g}){repeated}"
+        f"a worker serves {args.service!r}, yet no reply came: either the work takes longer "
+        f"than --timeout {args.timeout:g} s (give it more time, e.g. --timeout "
+        f"{args.timeout * 4:g}), or the broker gave the request up, which MDP cannot tell a "
+        "client: its log says why (RequestDropped; 'redispatch-limit' when its workers keep "
+        "being lost with it, as a worker whose --heartbeat-interval differs from the "
+        f"broker's is){repeated}"
     )
 
 

@@ -10,7 +10,7 @@ from typing import Final
 
 import trio
 
-from ._common import EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE, _subcommand
+from ._common import EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE, _metrics_missing, _subcommand
 
 # --- domo status ------------------------------------------------------------------------------
 
@@ -43,15 +43,10 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 async def _status(args: argparse.Namespace) -> int:
-    try:
-        from domo.metrics import read_status
-    except ImportError:
-        print(
-            "domo status: needs prometheus-client: pip install '.[metrics]' in domo's source "
-            "directory",
-            file=sys.stderr,
-        )
+    if _metrics_missing("domo status"):
         return EXIT_USAGE
+    from domo.metrics import read_status
+
     target = args.metrics
     url = target if "://" in target else f"http://{target}/metrics"
     try:

@@ -37,6 +37,7 @@ from ._common import (
     _subcommand,
     logger,
 )
+from ._probe import probe
 
 
 def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -71,6 +72,12 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--exec", dest="exec_command", metavar="CMD", help="serve SERVICE by running CMD"
     )
     sub.add_argument(
+        "--shell",
+        action="store_true",
+        help="run CMD with /bin/sh -c, for pipes, redirections and $VARIABLES (without it, a "
+        "CMD that needs a shell is refused at start)",
+    )
+    sub.add_argument(
         "--exec-timeout",
         type=_positive_float,
         default=30.0,
@@ -97,15 +104,62 @@ def _prepare_worker(args: argparse.Namespace) -> None:
                 "('echo' is the only built-in service)"
             )
         return
+    if args.shell:
+        if not args.exec_command.strip():
+            args.parser.error("--exec: empty command")
+        args.exec_argv = ["/bin/sh", "-c", args.exec_command]
+        return
     try:
         argv = shlex.split(args.exec_command)
     except ValueError as error:
         args.parser.error(f"--exec: {error}")
     if not argv:
         args.parser.error("--exec: empty command")
+    syntax = shell_syntax(args.exec_command)
+    if syntax is not None:
+        args.parser.error(
+            f"--exec runs CMD without a shell, and {args.exec_command!r} has shell syntax "
+            f"({syntax}): give --shell to run it with /bin/sh -c"
+        )
     if shutil.which(argv[0]) is None:
         args.parser.error(f"--exec: command not found: {argv[0]!r}")
     args.exec_argv = argv
+
+
+_SHELL_CHARACTERS: Final = {
+    "|": "a pipe '|'",
+    "&": "'&'",
+    ";": "';'",
+    "<": "a redirection '<'",
+    ">": "a redirection '>'",
+    "(": "'('",
+    ")": "')'",
+    "$": "a '$' expansion",
+    "`": "a '`' substitution",
+}
+
+
+def shell_syntax(command: str) -> str | None:
+    """The first character of ``command`` that a shell would take as syntax (a pipe, a
+    redirection, an expansion...) outside quotes, or in double quotes for '$' and '`'; None if
+    splitting it like a shell (``shlex``) and running it without one does the same."""
+    quote = ""
+    escaped = False
+    for char in command:
+        if escaped:
+            escaped = False
+        elif char == "\\" and quote != "'":
+            escaped = True
+        elif quote:
+            if char == quote:
+                quote = ""
+            elif quote == '"' and char in "$`":
+                return _SHELL_CHARACTERS[char]
+        elif char in "'\"":
+            quote = char
+        elif char in _SHELL_CHARACTERS:
+            return _SHELL_CHARACTERS[char]
+    return None
 
 
 async def _worker(args: argparse.Namespace) -> int:
@@ -116,6 +170,8 @@ async def _worker(args: argparse.Namespace) -> int:
         serving = f"by running {args.exec_command!r}"
     config = WorkerConfig(heartbeat_interval=args.heartbeat_interval, liveness=args.liveness)
     watch = BrokerWatch(args.connect, config)
+    endpoints = args.connects or [args.connect]  # failover order (MDP-D-28)
+    watch.peer_there = len(endpoints) > 1  # one endpoint: look_underneath says
 
     def say_serving() -> None:
         print(
@@ -125,6 +181,22 @@ async def _worker(args: argparse.Namespace) -> int:
         )
 
     watch.on_first_answer = say_serving
+
+    async def look_underneath() -> None:
+        """The first connection given up before the broker ever answered: say what is (not) at
+        the endpoint (domo.cli._probe)."""
+        await watch.silent.wait()
+        if watch.answered:
+            return
+        found = await probe(args.connect, PROBE_WAIT, args.curve)
+        watch.peer_there = found is None  # only then can silent connects mean more
+        if found is not None and not watch.answered:
+            logger.warning(
+                "cannot reach a broker at %s (still trying: it serves once one answers there): %s",
+                args.connect,
+                found,
+            )
+
     work = partial(
         run_worker,
         config=config,
@@ -136,11 +208,12 @@ async def _worker(args: argparse.Namespace) -> int:
     async with _graceful_stop("worker") as stop:
         with stop:
             async with trio.open_nursery() as nursery:
-                endpoints = args.connects or [args.connect]  # failover order (MDP-D-28)
                 await nursery.start(work, endpoints, args.service, handler)
                 if not watch.answered:
                     where = " or ".join(endpoints)
                     print(f"domo worker: waiting for the broker at {where}", flush=True)
+                    if len(endpoints) == 1:
+                        nursery.start_soon(look_underneath)
                 await trio.sleep_forever()
     print("domo worker: stopped", flush=True)
     return EXIT_OK
@@ -154,7 +227,9 @@ class BrokerWatch:
     later) or a request. A session that reconnects for "broker-lost" before hearing anything,
     again and again, points at no broker there, or at one whose heartbeat interval is longer than
     the worker's: the worker gives it up after liveness x its own interval, before the broker's
-    first HEARTBEAT is due. That is said once, with what to check.
+    first HEARTBEAT is due. That is said once, with what to check. The mirror case: a broker that
+    sends DISCONNECT and answers the next READY at once had given the worker up, which is what
+    happens to a worker whose interval is longer than the broker's; said once too.
     """
 
     STRIKES: Final = 2  # silent connects in a row before the hint
@@ -166,11 +241,33 @@ class BrokerWatch:
         self.heard_since_connect = False
         self.silent_connects = 0
         self.hinted = False
+        # Whether a ZeroMQ peer completed a handshake at the endpoint (``_probe``): until then,
+        # silent connects may just mean nothing is there, which the probe says better. True
+        # where no probe runs (several endpoints).
+        self.peer_there = True
+        self.silent = trio.Event()  # a connection given up, never answered: time to look
+        self.disconnected = False  # the broker sent DISCONNECT on a connection it had answered
+        self.expiry_hinted = False
         self.on_first_answer: Callable[[], None] = lambda: None
 
     def heard(self) -> None:
+        """The broker's first message on a new connection: only now is the worker connected."""
         self.heard_since_connect = True
         self.silent_connects = 0
+        logger.info("connected: the broker at %s answered", self.endpoint)
+        if self.disconnected and not self.expiry_hinted:
+            # A broker that sent DISCONNECT and answers the next READY at once is running: it
+            # had given this worker up. A worker heartbeating less often than the broker
+            # expects is expired between its heartbeats, every time.
+            self.expiry_hinted = True
+            logger.warning(
+                "the broker at %s sent DISCONNECT and took this worker back at once: unless it "
+                "was restarted just now, it had given the worker up, as a broker does one whose "
+                "--heartbeat-interval (here %.3g s) is longer than its own (they must match)",
+                self.endpoint,
+                self.config.heartbeat_interval,
+            )
+        self.disconnected = False
         if not self.answered:
             self.answered = True
             self.on_first_answer()
@@ -178,26 +275,41 @@ class BrokerWatch:
     def on_event(self, event: object) -> None:
         if isinstance(event, WorkerConnected):
             self.heard_since_connect = False
+        elif isinstance(event, ReconnectRequired) and event.reason == "broker-disconnect":
+            self.disconnected = self.heard_since_connect
         elif isinstance(event, ReconnectRequired) and event.reason == "broker-lost":
             if self.heard_since_connect:
                 self.silent_connects = 0
                 return
             self.silent_connects += 1
+            self.silent.set()  # look_underneath, once
             # A broker heard before has an interval that fits (its HEARTBEAT came in time):
             # losing it later has other causes (it stopped, or a large body held the line).
-            if self.silent_connects >= self.STRIKES and not self.hinted and not self.answered:
+            if (
+                self.silent_connects >= self.STRIKES
+                and self.peer_there
+                and not self.hinted
+                and not self.answered
+            ):
                 self.hinted = True
                 span = self.config.liveness * self.config.heartbeat_interval
                 logger.warning(
                     "nothing heard from the broker at %s within %.3g s of connecting, %d times "
-                    "in a row: no broker is running there, or its heartbeat interval is longer "
-                    "than this worker's %.3g s (broker and worker must use the same "
-                    "--heartbeat-interval and --liveness)",
+                    "in a row: a ZeroMQ peer is there, but it is not an MDP broker, or its "
+                    "heartbeat interval is longer than this worker's %.3g s (broker and worker "
+                    "must use the same --heartbeat-interval and --liveness)",
                     self.endpoint,
                     span,
                     self.silent_connects,
                     self.config.heartbeat_interval,
                 )
+
+
+# The look underneath when the broker never answered (domo.cli._probe): once the first
+# connection is given up for silence (liveness x interval after READY: a broker would have sent
+# its first HEARTBEAT by then; not sooner, so that a peer playing the broker, as domo fuzz
+# does, sees no extra connection while it takes its time), watching for up to PROBE_WAIT s.
+PROBE_WAIT: Final = 2.0
 
 
 async def _echo(body: list[bytes]) -> list[bytes]:

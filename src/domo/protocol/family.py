@@ -74,7 +74,15 @@ from .events import (
 from .layers import LAYERS, Layer, LayerFactory
 from .mdp import BodyFrame, Relayed
 
-__all__ = ["FamilyBroker", "Outgoing", "PeerRoute", "peer_key", "request_key_of", "traits_of"]
+__all__ = [
+    "FamilyBroker",
+    "Outgoing",
+    "PeerRoute",
+    "peer_key",
+    "request_key_of",
+    "split_peer_key",
+    "traits_of",
+]
 
 Outgoing = tuple[int, bytes, Relayed]  # (connection, routing id, frames): one message to send
 
@@ -117,6 +125,23 @@ def _service_and_size(codec: DialectCodec, message: Sequence[BodyFrame]) -> tupl
     if isinstance(decoded, Invalid):
         return b"", 0
     return decoded.service, sum(len(frame) for frame in decoded.body)
+
+
+def split_peer_key(key: bytes) -> tuple[int, list[bytes]] | None:
+    """What ``peer_key`` put in ``key``: its connection and its parts (routing id, envelope...,
+    dialect, request key if any); None for an MDP/0.2 peer's plain routing id. For logs."""
+    start = len(_KEY_PREFIX) + 4
+    if not key.startswith(_KEY_PREFIX) or len(key) < start:
+        return None
+    connection = int.from_bytes(key[len(_KEY_PREFIX) : start], "big")
+    parts, at = [], start
+    while at < len(key):
+        size = int.from_bytes(key[at : at + 4], "big")
+        if at + 4 + size > len(key):
+            return None
+        parts.append(key[at + 4 : at + 4 + size])
+        at += 4 + size
+    return connection, parts
 
 
 def traits_of(capabilities: Capabilities) -> PeerTraits:

@@ -74,16 +74,22 @@ class Memo01Config:
       starts with them, so a restarted broker knows its predecessor's ids (MEMO-10).
     - ``job_timeout``: seconds a memo01 worker has for a job from a client of another dialect,
       which carries no timeout of its own (MEMO-13).
+    - ``max_seats``: the services all the workers of one NNG connection may register together
+      (a worker offers one seat per service of its set); a READY that would take its connection
+      over is refused (MEMO-24).
     """
 
     epoch: bytes = b"\x00\x00\x00\x00"
     job_timeout: float = 60.0
+    max_seats: int = 4096
 
     def __post_init__(self) -> None:
         if len(self.epoch) != 4:
             raise ValueError("epoch is 4 bytes")
         if not self.job_timeout > 0:
             raise ValueError(f"job_timeout must be > 0, got {self.job_timeout}")
+        if self.max_seats < 256:  # MEMO-03: one worker may offer 256 services
+            raise ValueError(f"max_seats must be >= 256, got {self.max_seats}")
 
 
 def payload_to_body(payload: bytes) -> tuple[bytes]:
@@ -113,6 +119,7 @@ class _Worker:
         "deadline",
         "id",
         "last",
+        "ready_pipe",
         "seated",
         "services",
         "token",
@@ -120,6 +127,7 @@ class _Worker:
 
     def __init__(self, ident: bytes, connection: int, services: tuple[str, ...]) -> None:
         self.id = ident
+        self.ready_pipe = b""  # the NNG pipe its READY came on: its seats count there (MEMO-24)
         self.connection = connection
         self.services = services
         self.seated: set[int] = set()  # seats registered in the core now
@@ -176,6 +184,7 @@ class Memo01Broker(FamilyBroker):
         self.memo_connections = frozenset(memo_connections)
         self._next_worker = 0
         self._workers: dict[bytes, _Worker] = {}  # worker id -> worker
+        self._seats_of_pipe: dict[tuple[int, bytes], int] = {}  # its workers' seats (MEMO-24)
         self._seats: dict[bytes, tuple[_Worker, int]] = {}  # core key -> (worker, seat)
         self._jobs: dict[bytes, _Job] = {}  # core key -> job
         self._by_signature: dict[tuple[int, bytes], _Job] = {}  # MEMO-16
@@ -333,11 +342,26 @@ class Memo01Broker(FamilyBroker):
         now: float,
         events: list[BrokerEvent],
     ) -> None:
+        pipe = (connection, _pipe(token))
+        seats = self._seats_of_pipe.get(pipe, 0) + len(message.services)
+        if seats > self.memo.max_seats:
+            # MEMO-24: one connection's workers may not offer more services than that: each seat
+            # costs the core a registration and a place in its queues (issue 27: READYs of 256
+            # names without end starved every other peer). Released unanswered, as a refused JOB.
+            why = (
+                f"a READY of {len(message.services)} services would take its NNG connection to "
+                f"{seats} seats, over the {self.memo.max_seats} one connection may have"
+            )
+            events.append(ProtocolViolation(_pipe(token), "MEMO-24", why, "dropped", now))
+            self._reply(connection, token, None)
+            return
+        self._seats_of_pipe[pipe] = seats
         # MEMO-10: an id nobody had, opaque to the worker; the epoch tells a restart apart.
         self._next_worker = (self._next_worker + 1) & 0xFFFFFFFF
         ident = self.memo.epoch + self._next_worker.to_bytes(4, "big")
         worker = _Worker(ident, connection, message.services)
         worker.token = token
+        worker.ready_pipe = _pipe(token)
         self._workers[ident] = worker
         for index in range(len(worker.services)):
             self._seats[self._key(connection, worker.seat(index))] = (worker, index)
@@ -455,8 +479,13 @@ class Memo01Broker(FamilyBroker):
     ) -> None:
         """Withdraw the worker's seats from the core (all, or all but ``keep``); unless
         ``keep`` is given the worker is forgotten too."""
-        if keep is None:
-            self._workers.pop(worker.id, None)
+        if keep is None and self._workers.pop(worker.id, None) is not None:
+            pipe = (worker.connection, worker.ready_pipe)
+            left = self._seats_of_pipe.get(pipe, 0) - len(worker.services)
+            if left > 0:
+                self._seats_of_pipe[pipe] = left
+            else:
+                self._seats_of_pipe.pop(pipe, None)
         for index in sorted(worker.seated):
             if index == keep:
                 continue

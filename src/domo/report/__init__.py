@@ -22,7 +22,7 @@ import tempfile
 import threading
 import time
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Final, TextIO
 
@@ -575,10 +575,3 @@ def _follow(
             flush=True,
         )
         time.sleep(max(0.0, interval - (time.monotonic() - began)))
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m domo.report``: the same as ``domo report``."""
-    from domo.cli import main as cli_main
-
-    return cli_main(["report", *(sys.argv[1:] if argv is None else argv)])

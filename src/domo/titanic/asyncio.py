@@ -14,6 +14,15 @@
 
 from __future__ import annotations
 
-from .client import AsyncTitanicClient as TitanicClient
+import asyncio
+
+from .client import AsyncRequests, AsyncTitanicClient
 
 __all__ = ["TitanicClient"]
+
+
+class TitanicClient(AsyncTitanicClient):
+    """``AsyncTitanicClient`` on asyncio: ``wait`` sleeps with ``asyncio.sleep``."""
+
+    def __init__(self, client: AsyncRequests) -> None:
+        super().__init__(client, sleep=asyncio.sleep)

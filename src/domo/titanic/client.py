@@ -12,7 +12,9 @@ a ``500`` or an answer that is not 9/TSP raises ``TitanicError``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+import time
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from typing import Protocol
@@ -32,6 +34,7 @@ __all__ = [
     "parse_close",
     "parse_fetch",
     "parse_submit",
+    "poll_delays",
     "request_id_bytes",
     "submit_request",
 ]
@@ -148,6 +151,24 @@ def parse_close(answer: Sequence[bytes]) -> None:
         raise TitanicError(f"titanic.close failed: {text}", code)
 
 
+FIRST_POLL = 0.005  # seconds before the first fetch again
+POLL_GROWTH = 2.0
+MAX_POLL = 1.0  # fetch at least this often while pending
+
+
+def poll_delays(limit: float = MAX_POLL) -> Iterator[float]:
+    """How long to wait before each fetch again while a request is pending (TSP-F-02): from
+    5 ms, doubling, to ``limit``: quick for quick work, one fetch a second for slow work."""
+    delay = FIRST_POLL
+    while True:
+        yield min(delay, limit)
+        delay *= POLL_GROWTH
+
+
+def _waited_too_long(deadline: float, request_id: str | bytes) -> TitanicError:
+    return TitanicError(f"{request_id!r} still pending after the wait (deadline {deadline:.3f})")
+
+
 class AsyncRequests(Protocol):
     """What ``AsyncTitanicClient`` needs: the ``request`` of ``domo.trio`` or ``domo.asyncio``."""
 
@@ -161,10 +182,28 @@ class SyncRequests(Protocol):
 
 
 class AsyncTitanicClient:
-    """Submit now, fetch later: 9/TSP over ``client`` (its timeouts and retries apply)."""
+    """Submit now, fetch later: 9/TSP over ``client`` (its timeouts and retries apply).
 
-    def __init__(self, client: AsyncRequests) -> None:
+    ``sleep`` is the event loop's (``trio.sleep``, ``asyncio.sleep``), for ``wait``; the
+    runtime modules pass it.
+    """
+
+    def __init__(
+        self, client: AsyncRequests, *, sleep: Callable[[float], Awaitable[object]]
+    ) -> None:
         self.client = client
+        self._sleep = sleep
+
+    async def wait(self, request_id: str | bytes) -> Fetched:
+        """Fetch until the request is no longer pending (done or unknown), polling as
+        ``poll_delays`` says. Bound it with the event loop's own timeout (``trio.fail_after``,
+        ``asyncio.timeout``)."""
+        for delay in poll_delays():
+            fetched = await self.fetch(request_id)
+            if not fetched.pending:
+                return fetched
+            await self._sleep(delay)
+        raise AssertionError("poll_delays never ends")  # pragma: no cover
 
     async def submit(self, service: str | bytes, *frames: bytes) -> str:
         """Store a request for ``service``; its id once it is on Titanic's disk."""
@@ -187,6 +226,19 @@ class SyncTitanicClient:
 
     def __init__(self, client: SyncRequests) -> None:
         self.client = client
+
+    def wait(self, request_id: str | bytes, timeout: float | None = None) -> Fetched:
+        """Fetch until the request is no longer pending (done or unknown), polling as
+        ``poll_delays`` says; ``TitanicError`` if it is still pending after ``timeout``."""
+        deadline = math.inf if timeout is None else time.monotonic() + timeout
+        for delay in poll_delays():
+            fetched = self.fetch(request_id)
+            if not fetched.pending:
+                return fetched
+            if time.monotonic() + delay > deadline:
+                raise _waited_too_long(deadline, request_id)
+            time.sleep(delay)
+        raise AssertionError("poll_delays never ends")  # pragma: no cover
 
     def submit(self, service: str | bytes, *frames: bytes) -> str:
         """Store a request for ``service``; its id once it is on Titanic's disk."""

@@ -105,6 +105,10 @@ def _check_writable(path: str) -> None:
     """Refuse a file (or, for a new one, a directory) this process may not write: SQLite would
     open it read-only and fail later, less clearly (TSP-D-08)."""
     directory = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(directory):
+        raise StoreError(
+            f"{path}: no directory {directory} (Titanic makes the file, not its directory)"
+        )
     if os.path.exists(path) and not os.access(path, os.W_OK):
         raise StoreError(f"{path} is read-only (Titanic must write to it)")
     if not os.access(directory, os.W_OK):  # the -wal file is made beside it

@@ -14,6 +14,15 @@
 
 from __future__ import annotations
 
-from .client import AsyncTitanicClient as TitanicClient
+import trio
+
+from .client import AsyncRequests, AsyncTitanicClient
 
 __all__ = ["TitanicClient"]
+
+
+class TitanicClient(AsyncTitanicClient):
+    """``AsyncTitanicClient`` on trio: ``wait`` sleeps with ``trio.sleep``."""
+
+    def __init__(self, client: AsyncRequests) -> None:
+        super().__init__(client, sleep=trio.sleep)

@@ -31,7 +31,7 @@ import itertools
 import logging
 import socket
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import suppress
 from typing import Any, Final
 
@@ -40,7 +40,9 @@ import trio
 from pynng import _nng
 
 from domo.curve import CurveError, NngTls
-from domo.eventlog import ViolationLimiter
+from domo.protocol.dialects.memo01 import parse
+from domo.protocol.errors import MalformedMessage
+from domo.protocol.events import BrokerEvent, ConnectionClosed, RequestRefused
 from domo.protocol.mdp import BodyFrame
 from domo.runtime.pumping import EAGAIN, EHOSTUNREACH, SENT
 
@@ -68,6 +70,12 @@ MEMO_HEADER_ROOM: Final = 256 * (255 + 2) + 1024
 # What NNG counts against its receive size besides: req0's backtrace, 4 bytes a hop (8 hops).
 BACKTRACE_ROOM: Final = 32
 TLS_SCHEME: Final = "tls+tcp://"
+# What a closed connection may mean (MDP-D-31, as on ZeroMQ): NNG closes the pipe of a peer that
+# sends a message over its receive size exactly as when the peer goes.
+CLOSED_REASON: Final = (
+    "by its peer, or by NNG for a message over max_message_bytes (MDP-D-25); NNG does not tell "
+    "which"
+)
 
 
 def is_nng(endpoint: str) -> bool:
@@ -150,11 +158,17 @@ class NngConnection:
         max_message_bytes: int | None = None,
         tls: NngTls | None = None,
         per_pipe: int = 1000,
+        on_event: Callable[[list[BrokerEvent]], None] | None = None,
+        held_bytes: Callable[[], int] = lambda: 0,
     ) -> None:
         """``max_message_bytes``: the longest body taken in (NNG closes the connection of a
         peer that sends more, with room for the header). ``tls``: required for, and only for,
         an ``nng+tls+tcp://`` endpoint. ``per_pipe``: the requests one NNG connection may have
-        held at once (its workers' and its jobs'); one more is released unanswered."""
+        held at once (its workers' and its jobs'); one more is released unanswered.
+        ``on_event``: told of each connection that closes (``ConnectionClosed``, MDP-D-31: by
+        its peer, or by NNG for a message over the bound, which NNG does not tell apart) and of
+        each request refused over ``per_pipe`` (``RequestRefused``, FAM-07, with
+        ``held_bytes()`` as the bytes the broker held then)."""
         self.endpoint = endpoint
         if is_tls(endpoint) != (tls is not None):
             raise ValueError(
@@ -162,9 +176,10 @@ class NngConnection:
                 "and only such an endpoint takes them"
             )
         self._tls = tls
+        self._on_event = on_event
+        self._held_bytes = held_bytes
         self._per_pipe = per_pipe
         self.refused = 0  # requests released for being over ``per_pipe``
-        self._refusals = ViolationLimiter(burst=5, window=10.0)
         self._socket = pynng.Rep0()
         try:
             if max_message_bytes is not None:
@@ -274,7 +289,7 @@ class NngConnection:
             )
             held_here = self._held_per_pipe.get(token[:8], 0)
             if held_here >= self._per_pipe:
-                self._refuse_over_cap(token[:8], held_here)
+                self._refuse_over_cap(token[:8], held_here, data)
                 del data
                 continue  # the next receive on this context releases the request unanswered
             slot.decided = trio.Event()
@@ -295,23 +310,30 @@ class NngConnection:
                     reply = None  # nor is a reply kept while the slot waits for its next request
             # A new receive on this context drops a request it holds unanswered (a release).
 
-    def _refuse_over_cap(self, pipe: bytes, held: int) -> None:
+    def _refuse_over_cap(self, pipe: bytes, held: int, data: bytes) -> None:
         """A connection already has ``per_pipe`` requests held (workers waiting, jobs in
-        flight): one more is released unanswered, as the core refuses a client over its cap,
-        and logged (rate-limited): one peer cannot take the whole pool, nor the memory and the
-        core's time its requests would cost (issue 27: READYs of 256 names without end)."""
+        flight): one more is released unanswered (memo01 has no refusal answer, MEMO-18), as
+        the core refuses a client over ``max_client_requests`` (FAM-07: for memo01 the client is
+        the NNG connection), reported as ``RequestRefused`` (``client-limit``) and counted: one
+        peer cannot take the whole pool, nor the memory and the core's time its requests would
+        cost (issue 27: READYs of 256 names without end)."""
         self.refused += 1
-        allowed, left_out = self._refusals.admit("per-pipe")
-        if allowed:
-            more = f" (and {left_out} more left out of the log)" if left_out else ""
-            logger.warning(
-                "%s: NNG pipe %s already has %d requests held, the most one connection may; "
-                "a new one is released unanswered%s",
-                self.endpoint,
-                pipe.hex(),
-                held,
-                more,
-            )
+        if self._on_event is None:
+            return
+        try:
+            service = parse(data).service.encode("ascii")  # a JOB's; b"" for a READY
+        except MalformedMessage:
+            service = b""
+        refused = RequestRefused(
+            pipe,
+            service,
+            "client-limit",
+            len(data),
+            self._held_bytes(),
+            "FAM-07",
+            trio.current_time(),
+        )
+        self._on_event([refused])
 
     # -- Connection --------------------------------------------------------------------------
 
@@ -360,6 +382,9 @@ class NngConnection:
         # worker whose JOB went out on it is gone, and its job goes back at once (MEMO-23).
         self._inbox.append([pipe])
         self._arrived.set()
+        if self._on_event is not None:
+            closed = ConnectionClosed(self.endpoint, CLOSED_REASON, "MDP-D-31", trio.current_time())
+            self._on_event([closed])
 
     def _spend(self, token: bytes, slot: _Slot) -> None:
         del self._held[token]

@@ -238,7 +238,9 @@ async def serve_broker(
                     limit=socket_hwm,
                     max_message_bytes=limits.max_message_bytes,
                     tls=nng_tls if endpoint.startswith(NNG_TLS_SCHEME) else None,
-                    per_pipe=getattr(limits, "max_client_requests", 1000),
+                    per_pipe=limits.max_client_requests,  # FAM-07: memo01's client is its pipe
+                    on_event=emit,
+                    held_bytes=broker.core.held_bytes,
                 )
                 conns.append(nng_conn)
                 nng_conns.append(nng_conn)
