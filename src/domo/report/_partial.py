@@ -40,6 +40,7 @@ ZERO_BUCKET: Final = -(10**6)  # durations <= 0 (clock granularity)
 METRICS: Final = ("queue_wait", "service_time", "latency")
 NS: Final = 1e9  # busy time is summed in integer nanoseconds: exact, in any order
 CHUNK: Final = 1 << 20  # records folded at a time (a task's memory stays about 200 MB)
+MERGE_EVERY: Final = 16  # partials of chunks held before they are merged into one
 
 # The columns of a request record a report reads (docs/traces.md).
 COLUMNS: Final = (
@@ -261,17 +262,19 @@ def read(paths: Iterable[str], window: Window, keep: int) -> Partial:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    done = empty(keep)
+    parts = [empty(keep)]
     for path in paths:
         try:
             # strings as dictionaries: Parquet stores them so, and the fold groups by code
             with pq.ParquetFile(path, read_dictionary=DICTIONARY) as file:
                 columns = [name for name in COLUMNS if name in file.schema_arrow.names]
                 for batch in file.iter_batches(batch_size=CHUNK, columns=columns):
-                    done = merge([done, _compute_one(batch, window, keep)])
+                    parts.append(_compute_one(batch, window, keep))
         except (OSError, pa.ArrowException) as error:
             raise OSError(f"cannot read {path}: {error}") from error
-    return done
+        if len(parts) >= MERGE_EVERY:  # a few at a time: each merge regroups what it holds
+            parts = [merge(parts)]
+    return merge(parts)
 
 
 def _codes(column: Any) -> tuple[Any, Any]:
