@@ -107,6 +107,14 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="seed of the search; the same seed repeats a run (default: a fresh one, printed)",
     )
     sub.add_argument(
+        "--lanes",
+        type=partial(_integer, least=1),
+        default=8,
+        metavar="N",
+        help="scenarios run side by side against a broker, each on sockets of its own "
+        "(default: %(default)s; 1 plays them one after another)",
+    )
+    sub.add_argument(
         "--dispatch",
         choices=["lru"],
         default=None,
@@ -249,6 +257,7 @@ async def _fuzz(args: argparse.Namespace) -> int:
         dispatch=args.dispatch,
         mmi=args.mmi,
         dialect=args.dialect or "mdp02",
+        lanes=args.lanes,
     )
     try:
         if args.replay is not None:
