@@ -63,20 +63,25 @@ def test_dcp_dialect_usage_and_unreachable() -> None:
     assert "nothing answered a DCP ping" in done.stderr
 
 
-@pytest.mark.parametrize(
-    ("flaw", "rule"),
-    [
-        ("reply-wrong-width", "DCP-03"),
-        ("reply-drops-metadata", "DCP-09"),
-        ("pong-to-stranger", "DCP-14"),
-        ("loses-second-request", "DCP-10"),
-        ("no-registration-echo", "DCP-04"),
-        ("reply-to-another-client", "DCP-07"),
-        ("pings-workers", "DCP-16"),
-        ("drops-unknown-service", "DCP-19"),
-        ("dies-on-bad-input", "DCP-23"),
-    ],
-)
+# Each planted mistake of planted_dcp_broker.py and the rule specs/dcp-v1.md gives it.
+DCP_PLANTS: dict[str, str] = {
+    "reply-wrong-width": "DCP-03",
+    "reply-drops-metadata": "DCP-09",
+    "pong-to-stranger": "DCP-14",
+    "loses-second-request": "DCP-10",
+    "no-registration-echo": "DCP-04",
+    "reply-to-another-client": "DCP-07",
+    "pings-workers": "DCP-16",
+    "drops-unknown-service": "DCP-19",
+    "dies-on-bad-input": "DCP-23",
+    "drop-dual-reply": "DCP-20",
+    "mmi-always-200": "DCP-26",
+    "no-reconnect-on-reregistration": "DCP-18",
+    "no-reconnect-for-stray-reply": "DCP-12",
+}
+
+
+@pytest.mark.parametrize(("flaw", "rule"), sorted(DCP_PLANTS.items()))
 def test_a_planted_dcp_mistake_is_found_by_its_rule(
     start_broker: Callable[[list[str]], str], flaw: str, rule: str
 ) -> None:
@@ -84,13 +89,13 @@ def test_a_planted_dcp_mistake_is_found_by_its_rule(
     # A short answer window: what a plant breaks shows sooner; a late answer on a loaded
     # machine may add findings, which do not matter here.
     result = fuzz_dcp(
-        endpoint, scenarios=20, seed=1, time_budget=20, heartbeat_interval=INTERVAL,
-        liveness=LIVENESS, stop_at_first=True, answer_window=1.0,
+        endpoint, scenarios=200, seed=1, time_budget=30, heartbeat_interval=INTERVAL,
+        liveness=LIVENESS, stop_after=(rule,), answer_window=1.0,
     )  # fmt: skip
     found = {finding.rule: finding for finding in result.findings}
     assert rule in found, result
     assert found[rule].seed == 1
-    assert 0 <= found[rule].scenario < result.scenarios
+    assert found[rule].steps[0].kind == "setup"  # the plan that repeats it
 
 
 @pytest.mark.parametrize("width", [1, 4])

@@ -35,11 +35,13 @@ leaves the near misses out, so that such a broker can still be checked on the re
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
+import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import zmq
@@ -129,6 +131,7 @@ class _Request:
     replied_at: float | None = None
     requeued: int = 0
     duplicate_sent: bool = False
+    receipt_at: float | None = None
     flagged: set[str] = field(default_factory=set)
 
 
@@ -176,6 +179,8 @@ class _Scenario:
         self.rng = rng
         self.tag = tag
         self.judged: set[str] = set()  # the rules a check had something to judge (coverage)
+        # The broker's "default" queue is every scenario's: a plan that uses it runs alone.
+        self.shares_default = False
         self.workers: list[_Worker] = []
         self.clients: list[_Client] = []
         self.broken: dict[str, str] = {}
@@ -331,6 +336,8 @@ class _Scenario:
                     worker,
                 )
         elif command == b"HEARTBEAT":
+            if not worker.probe:
+                self.judge("EMQP-15")
             if worker.last_heartbeat is not None:
                 self.run.meter.heartbeat_gap(worker, now - worker.last_heartbeat, now)
             worker.last_heartbeat = now
@@ -488,6 +495,8 @@ class _Scenario:
         what = f"{client.name}'s request {request.msgid.decode(errors='replace')}"
         if len(frames) == 5:  # a receipt (EMQP-11)
             request.receipts += 1
+            if request.receipt_at is None:
+                request.receipt_at = self.now()
             if request.kind == "mmi":
                 return  # not handed to a worker: the spec leaves a receipt open
             if request.kind != "job":
@@ -538,15 +547,28 @@ class _Scenario:
                 return worker
         return None
 
+    def _broker_stalled(self, now: float) -> bool:
+        """Is the broker not running now? Its HEARTBEAT to an informed worker of this scenario
+        is overdue (by more than the slack): judge nothing owed until it runs again. No
+        evidence, no stall: a broker that has not heartbeated here is judged as it is."""
+        beats = [
+            w.last_heartbeat
+            for w in self.workers
+            if w.last_heartbeat is not None and w.state == "ready"
+        ]
+        return bool(beats) and now - max(beats) > self.run.interval + self.run.slack
+
     def _owed(self, now: float) -> list[str]:
         """Report what the broker owes and is overdue (once each); what it still owes."""
         window = self.run.window
         pending: list[str] = []
 
+        stalled = self._broker_stalled(now)
+
         def due(since: float, key: str, rule: str, explanation: str, peer: _Peer) -> bool:
             if not peer.probe:
                 self.judged.add(rule)
-            if now < since + window:
+            if now < since + window or stalled:
                 pending.append(key)
                 return False
             self.violate(rule, explanation, peer)
@@ -636,9 +658,11 @@ class _Scenario:
                     )
                 )
             if request.receipts and not request.deliveries:
+                # From the receipt: the REQUEST to the worker goes at the same time, on
+                # another connection, and may arrive later.
                 owed.append(
                     (
-                        request.sent_at,
+                        request.receipt_at or request.sent_at,
                         "early",
                         "EMQP-11",
                         f"{what} got a receipt but no worker got it within {window:.2f} s",
@@ -674,6 +698,8 @@ class _Scenario:
         for request in worker.held:
             # EMQP-14: back to its queue (judged for its first re-dispatch only).
             if request.status == "held" and request.holder is worker:
+                if request.requeued == 0 and not worker.probe:
+                    self.judge("EMQP-14")
                 request.status = "waiting" if request.requeued == 0 else "tainted"
                 request.queued_at = at
                 request.requeued += 1
@@ -724,7 +750,7 @@ class _Steps:
     def pick_queues(self) -> tuple[bytes, ...]:
         rng = self.rng
         chosen = rng.sample(self.s.queues, rng.randint(1, len(self.s.queues)))
-        if rng.random() < 0.2:
+        if self.s.shares_default and rng.random() < 0.2:
             chosen.append(b"default")
         return tuple(chosen)
 
@@ -744,6 +770,7 @@ class _Steps:
         now = s.now()
         if worker.state in ("ready", "informing"):
             # EMQP-05: a new conversation; its credits are withdrawn, its jobs go back.
+            s.judge("EMQP-05")
             if worker.credits:
                 worker.dropped_credits = "EMQP-05"
             worker.credits = 0
@@ -820,6 +847,7 @@ class _Steps:
         command = command or self.rng.choice((b"KBYE", b"KBYE", b"KBAI", b"DISCONNECT"))
         s.send(worker, command)
         s._lose(worker, s.now(), "EMQP-16")
+        s.judge("EMQP-16")  # from now on no job may reach it
         s.pump(self.run.window)
         return command
 
@@ -827,6 +855,7 @@ class _Steps:
         """The worker sends nothing from now on (EMQP-14, EMQP-15)."""
         s = self.s
         worker.state = "silent"
+        s.judge("EMQP-15")  # past the liveness span no job may reach it
         silent_since = s.now()
         s.pump(self.run.span + self.run.settle, shortest=self.run.span + self.run.settle)
         s._lose(worker, silent_since + self.run.span, "EMQP-15")
@@ -879,6 +908,7 @@ class _Steps:
             return
         original = outstanding[0]
         original.duplicate_sent = True
+        s.judge("EMQP-08")
         s.send(
             client,
             b"REQUEST",
@@ -1098,7 +1128,7 @@ class _Steps:
         queue = f"{s.tag}probe{len(s.workers)}".encode()
         self.inform(worker, (queue,), json.dumps([[10, queue.decode()]]).encode())
         # Generous: a broker declared stopped ends the run, so a slow one is given time.
-        s.pump(2 * self.run.window, until=lambda: worker.acked_at is not None)
+        s.pump(max(10.0, 2 * self.run.window), until=lambda: worker.acked_at is not None)
         if worker.acked_at is None:
             raise _Stopped(rule, f"after {after} the broker no longer answers INFORM with ACK")
         self.ready(worker, 1)
@@ -1107,7 +1137,7 @@ class _Steps:
         request.queued_at = request.sent_at
         self.run.add(request)
         s.send(client, b"REQUEST", queue, b"", body, msgid=msgid)
-        s.pump(3 * self.run.window, until=lambda: request.deliveries > 0)
+        s.pump(max(10.0, 3 * self.run.window), until=lambda: request.deliveries > 0)
         if request.deliveries == 0:
             raise _Stopped(rule, f"after {after} the broker no longer dispatches requests")
         self.leave(worker, b"KBYE")
@@ -1140,6 +1170,7 @@ class _Run:
         self.malformed = malformed
         self.span = interval * liveness
         self.meter = JitterMeter() if meter is None else meter
+        self.shared = _Exclusive()  # the lanes' hold on the broker's "default" queue
         self.request_age = 20.0
         self.owns_context = context is None
         self.context: zmq.Context[zmq.Socket[bytes]] = zmq.Context() if context is None else context
@@ -1216,6 +1247,7 @@ def _play(run: _Run, plan: Sequence[Step], tag: str) -> Outcome:
     setup = plan[0].arg if plan and plan[0].kind == "setup" else 0
     rng = random.Random(setup)
     s = _Scenario(run, tag, rng)
+    s.shares_default = bool(plan and plan[0].kind == "setup" and plan[0].actor)
     steps = _Steps(s)
     before: dict[str, str] = {}
 
@@ -1281,7 +1313,7 @@ def _step(steps: _Steps, s: _Scenario, kind: str) -> None:
         roll = rng.random()
         if roll < 0.75:
             queue = rng.choice(s.queues)
-        elif roll < 0.9:
+        elif roll < 0.9 or not s.shares_default:
             queue = f"{s.tag}unknown{rng.randrange(100)}".encode()  # EMQP-22: no re-route
         else:
             queue = b"default"
@@ -1334,7 +1366,9 @@ class EmqpPlanner:
         )
 
     def draw(self, rng: random.Random, judged: Mapping[str, int]) -> tuple[Step, ...]:
-        plan = [Step("setup", 0, rng.randrange(2**31))]
+        # One plan in six may use the broker's "default" queue (EMQP-03's "" INFORM, EMQP-22),
+        # which every scenario shares: such a plan runs while no other does.
+        plan = [Step("setup", int(rng.random() < 1 / 6), rng.randrange(2**31))]
         for _ in range(STEPS_PER_SCENARIO):
             if rng.random() < 0.5:
                 kind = rng.choice(self.kinds)
@@ -1350,6 +1384,41 @@ class EmqpPlanner:
         return []
 
 
+class _Exclusive:
+    """Many readers or one writer: plans that use the broker's shared "default" queue run
+    alone (the writer), the others side by side."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._readers = 0
+        self._writer = False
+
+    @contextlib.contextmanager
+    def reader(self) -> Iterator[None]:
+        with self._cond:
+            self._cond.wait_for(lambda: not self._writer)
+            self._readers += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._readers -= 1
+                self._cond.notify_all()
+
+    @contextlib.contextmanager
+    def writer(self) -> Iterator[None]:
+        with self._cond:
+            self._cond.wait_for(lambda: not self._writer)
+            self._writer = True
+            self._cond.wait_for(lambda: self._readers == 0)
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._writer = False
+                self._cond.notify_all()
+
+
 class _Lane:
     """One lane of the search: its own sockets, the run's settings and jitter meter."""
 
@@ -1361,7 +1430,12 @@ class _Lane:
     def play(self, plan: Sequence[Hashable]) -> Outcome:
         self.played += 1
         tag = f"s{self.run.seed}l{self.index}n{self.played}"
-        return _play(self.run, [s for s in plan if isinstance(s, Step)], tag)
+        steps = [s for s in plan if isinstance(s, Step)]
+        if not (steps and steps[0].kind == "setup" and steps[0].actor):
+            with self.run.shared.reader():
+                return _play(self.run, steps, tag)
+        with self.run.shared.writer():
+            return _play(self.run, steps, tag)
 
     def close(self) -> None:
         self.run.close()
@@ -1390,11 +1464,13 @@ def _fuzz(
     broker_ids: set[bytes] = set()
     requests: dict[bytes, _Request] = {}
     nonce = f"{random.Random().randrange(16**6):06x}"
+    shared = _Exclusive()
 
     def open_lane(index: int) -> _Lane:
         run = _Run(clients_endpoint, workers_endpoint, seed, interval, liveness, malformed,
                    credits, meter=meter, context=context)  # fmt: skip
         run.broker_ids, run.requests, run.nonce = broker_ids, requests, nonce
+        run.shared = shared
         runs.append(run)
         return _Lane(run, index)
 

@@ -15,7 +15,7 @@ import shlex
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Protocol, TextIO
@@ -47,6 +47,7 @@ __all__ = [
     "FuzzResult",
     "format_coverage",
     "format_finding",
+    "format_rule_coverage",
     "fuzz",
     "fuzz_broker",
     "open_run",
@@ -157,6 +158,23 @@ def format_coverage(result: FuzzResult) -> str:
     if result.never_reached:
         lines.append(
             f"domo fuzz: warning: rules never reached: {', '.join(result.never_reached)} "
+            "(give the search more time or steps)"
+        )
+    return "\n".join(lines)
+
+
+def format_rule_coverage(
+    judged: Mapping[str, int], held: Mapping[str, int], rules: Sequence[str]
+) -> str:
+    """The coverage line of a search: per rule, in how many scenarios a check judged it and in
+    how many of those it held; then the rules that no scenario judged."""
+    shown = sorted(set(judged) | set(rules))
+    counts = ", ".join(f"{rule} {judged.get(rule, 0)}/{held.get(rule, 0)}" for rule in shown)
+    lines = [f"domo fuzz: rule coverage (judged/held): {counts or 'nothing judged'}"]
+    never = [rule for rule in rules if not judged.get(rule, 0)]
+    if never:
+        lines.append(
+            f"domo fuzz: warning: rules never reached: {', '.join(never)} "
             "(give the search more time or steps)"
         )
     return "\n".join(lines)
