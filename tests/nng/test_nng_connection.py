@@ -105,3 +105,25 @@ async def test_memo_19_reply_to_a_closed_pipe_is_ehostunreach(tmp_path: Path) ->
             assert conn.send([token, b"reply"]) == EHOSTUNREACH  # spent now
             nursery.cancel_scope.cancel()
     conn.close(0)
+
+
+async def test_memo_21_a_tcp_port_0_is_reported_as_bound() -> None:
+    """MEMO-21: ``nng+tcp://...:0`` reports the port the listener has, in host byte order:
+    a client dials it and is served (pynng gives it in network byte order)."""
+    conn = NngConnection("nng+tcp://127.0.0.1:0", hwm=10, initial=1, limit=10)
+    bound = conn.bound()
+    port = int(bound.rsplit(":", 1)[1])
+    assert bound == f"nng+tcp://127.0.0.1:{port}"
+    assert port != 0
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(conn.serve)
+            url = f"tcp://127.0.0.1:{port}"
+            with pynng.Req0(dial=url, block_on_dial=True) as req, req.new_context() as context:
+                await context.asend(b"ping")
+                [[token, body]] = await received(conn, 1)
+                assert body == b"ping"
+                assert conn.send([token, b"pong"]) == SENT
+                assert await context.arecv() == b"pong"
+            nursery.cancel_scope.cancel()
+    conn.close(0)

@@ -74,9 +74,14 @@ class Net:
         self.out()
 
     def request(
-        self, client: bytes, msgid: bytes, queue: bytes = b"a", headers: bytes = b"reply-requested"
+        self,
+        client: bytes,
+        msgid: bytes,
+        queue: bytes = b"a",
+        headers: bytes = b"reply-requested",
+        at: float | None = None,
     ) -> list[BrokerEvent]:
-        return self.send(client, b"", E, b"REQUEST", msgid, queue, headers, JOB)
+        return self.send(client, b"", E, b"REQUEST", msgid, queue, headers, JOB, at=at)
 
 
 def commands(messages: Sequence[Relayed]) -> list[bytes]:
@@ -374,6 +379,24 @@ def test_emqp_14_a_silent_worker_loses_its_job_to_the_next() -> None:
     assert [m[3] for m in net.to(b"W2") if m[2] == b"REQUEST"] == [b"m1"]
     net.send(b"W2", b"", E, b"REPLY", b"w", b'{"value": 3}', b"m1")
     assert [m[4] for m in net.to(b"C")] == [b'{"value": 3}']
+
+
+def test_emqp_15_a_slot_spent_by_a_reply_is_not_taken_for_a_stranger() -> None:
+    """EMQP-15: a worker's liveness is one clock, the bridge's, so the core does not time its
+    slots: a REPLY that spends a slot, half an interval on, is no "HEARTBEAT before READY" for
+    it (the false MDP-H-01s seen against EventMQ's jobmanager), and the worker's other slot
+    still serves."""
+    net = Net()
+    net.inform(b"W", slots=2)
+    net.request(b"C", b"m1", at=0.1)
+    assert commands(net.to(b"W")) == [b"REQUEST"]
+    net.send(b"W", b"", E, b"REPLY", b"x", b'{"value": 1}', b"m1", at=2.0)
+    net.send(b"W", b"", E, b"HEARTBEAT", b"h", b"2", at=2.6)
+    net.request(b"C", b"m2", at=2.7)
+    assert commands(net.to(b"W")) == [b"REQUEST"]
+    net.send(b"W", b"", E, b"REPLY", b"y", b'{"value": 2}', b"m2", at=2.8)
+    assert of(net.events, ProtocolViolation) == []
+    assert [m[4] for m in net.to(b"C")] == [b'{"value": 2}']
 
 
 # -- heartbeats and leaving --------------------------------------------------------------------

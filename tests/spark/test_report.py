@@ -271,7 +271,7 @@ def test_progress_line_on_a_terminal_only(spark: Any, traces: Path) -> None:
     assert code == report.EXIT_OK
     text = b"".join(received).decode()
     assert "domo report: [" in text
-    assert "per-worker attempts" in text
+    assert "[1/3] folding 202 request records" in text
 
     plain = io.StringIO()
     assert report.run(traces, stdout=io.StringIO(), stderr=plain) == report.EXIT_OK

@@ -249,7 +249,7 @@ def test_every_event_of_a_request_lands_in_its_record(tmp_path: Path) -> None:
         recorder.on_event(event)
     stats = recorder.close()
     assert (stats.recorded, stats.written, stats.dropped, stats.lost) == (3, 3, 0, 0)
-    shared = {"client": b"c", "dialect": None, "wall_anchor": 100.0, "rule": None}
+    shared = {"client": b"c", "dialect": None, "wall_anchor": 100.0}
     assert read(tmp_path, "requests") == [
         {
             **shared,
@@ -268,6 +268,7 @@ def test_every_event_of_a_request_lands_in_its_record(tmp_path: Path) -> None:
             "partials": 2,
             "partial_bytes": 10,
             "drop_reason": None,
+            "rule": None,
         },
         {
             **shared,
@@ -286,6 +287,7 @@ def test_every_event_of_a_request_lands_in_its_record(tmp_path: Path) -> None:
             "partials": 0,
             "partial_bytes": 0,
             "drop_reason": None,
+            "rule": None,
         },
         {
             **shared,
@@ -304,5 +306,45 @@ def test_every_event_of_a_request_lands_in_its_record(tmp_path: Path) -> None:
             "partials": 0,
             "partial_bytes": 0,
             "drop_reason": "client-unreachable",
+            "rule": "MDP-D-24",
         },
+    ]
+
+
+def test_each_record_names_its_clients_dialect(tmp_path: Path) -> None:
+    """A record's dialect is its client's, as the broker knows it (``FamilyBroker.dialect_of``):
+    an MDP/0.2 client, an MDP/0.1 REQ client and a DCP client of one MDP/0.2 worker."""
+    from domo.protocol.family import FamilyBroker
+
+    broker = FamilyBroker(BROKER)
+    recorder = trace.TraceRecorder(tmp_path, wall_anchor=0.0, dialect_of=broker.dialect_of)
+    now = 0.0
+
+    def feed(peer: bytes, *frames: bytes) -> None:
+        nonlocal now
+        now += 0.01
+        for event in broker.receive(peer, list(frames), now):
+            recorder.on_event(event)
+
+    def answer() -> None:
+        for _, to, frames in broker.take_outgoing():
+            assert (to, frames[1]) == (b"W", b"\x02")
+            feed(b"W", b"MDPW02", b"\x04", bytes(frames[2]), b"", b"ok")
+        broker.take_outgoing()
+        for event in broker.flushed():
+            recorder.on_event(event)
+
+    feed(b"W", b"MDPW02", b"\x01", b"echo")
+    feed(b"C2", b"MDPC02", b"\x01", b"echo", b"a")
+    answer()
+    feed(b"C1", b"", b"MDPC01", b"echo", b"b")
+    answer()
+    feed(b"D", b"", b"DGBX\x01", b"\x04", b"echo", b"", b"", b"c")
+    answer()
+    recorder.close()
+    rows = read(tmp_path, "requests")
+    assert [(r["request_id"], r["outcome"], r["dialect"]) for r in rows] == [
+        (1, "completed", "mdp02"),
+        (2, "completed", "mdp01"),
+        (3, "completed", "dcp"),
     ]

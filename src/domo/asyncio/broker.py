@@ -70,7 +70,9 @@ async def serve_broker(
     if trace_dir is not None:
         from domo.trace import TraceRecorder  # pyarrow is an extra; import only when tracing
 
-        recorder = TraceRecorder(trace_dir, wall_anchor=time.time() - loop.time())
+        recorder = TraceRecorder(
+            trace_dir, wall_anchor=time.time() - loop.time(), dialect_of=broker.dialect_of
+        )
     ctx: zmq.Context[Any] = zmq.Context() if context is None else context
 
     def emit(events: Iterable[BrokerEvent]) -> None:

@@ -12,7 +12,8 @@ Expected failures (an address in use, no reply in time, a handler error) print o
 stderr and exit with their code; only a bug prints a traceback.
 
 One module per command (``broker``, ``worker``, ``call``, ``demo``, ``bench``, ``fuzz``,
-``status``, ``report``, ``keygen``): each adds its subparser (``add_parser``-style ``_add_*``) and
+``status``, ``report``, ``keygen``; Titanic's ``titanic``, ``submit``, ``fetch``, ``close``, the
+last three sharing ``_durable``): each adds its subparser (``add_parser``-style ``_add_*``) and
 runs it. What several commands share (exit codes, option types, environment defaults, endpoint
 checks, signal handling) is in ``_common.py``; the load that ``demo`` and ``bench`` drive is in
 ``_load.py``. The ``--exec`` handler is a library module, ``domo.trio.command``.
@@ -27,7 +28,21 @@ import trio
 
 from domo import eventlog
 
-from . import bench, broker, call, demo, fuzz, keygen, report, status, worker
+from . import (
+    bench,
+    broker,
+    call,
+    close,
+    demo,
+    fetch,
+    fuzz,
+    keygen,
+    report,
+    status,
+    submit,
+    titanic,
+    worker,
+)
 from ._common import (
     EXIT_CODES as EXIT_CODES,  # each command's exit code table, for tests and docs
 )
@@ -102,6 +117,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=_version_text())
     # Not required: bare `domo` prints this help and exits 0 (main), a newcomer's first try.
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for command in (broker, worker, call, demo, bench, fuzz, status, report, keygen):
+    commands_in_order = (broker, worker, call, demo, bench, fuzz, status, report, keygen)
+    durable = (titanic, submit, fetch, close)  # 9/TSP: specs/tsp.md
+    for command in (*commands_in_order, *durable):
         command.add_parser(commands)
     return parser

@@ -47,6 +47,9 @@ EXIT_FINDINGS: Final = 7  # fuzz: the target broke at least one rule
 EXIT_FAILED_REQUESTS: Final = 8  # demo, bench: some requests failed or got a wrong reply
 EXIT_UNREACHABLE: Final = 9  # bench, fuzz: the peer to test never answered (not there?)
 EXIT_INTERRUPTED: Final = 130  # call: stopped by SIGINT (128 + 2, the shell's convention)
+EXIT_PENDING: Final = 10  # fetch: stored, no reply yet (9/TSP 300): fetch again later
+EXIT_UNKNOWN: Final = 11  # fetch: unknown id, closed, expired or given up (9/TSP 400)
+EXIT_STORE: Final = 12  # titanic: the database cannot be used (locked, read-only, corrupt)
 
 DEFAULT_ENDPOINT: Final = "tcp://127.0.0.1:5555"
 T = TypeVar("T")
@@ -122,6 +125,44 @@ EXIT_CODES: Final[dict[str, list[tuple[int, str]]]] = {
         (EXIT_UNREACHABLE, "the target is unreachable"),
     ],
     "report": list(trace_report.EXIT_CODES),
+    "titanic": [
+        (EXIT_OK, _STOPPED),
+        (EXIT_ERROR, _BUG),
+        (EXIT_USAGE, "usage error: bad arguments or options"),
+        (EXIT_ENDPOINT, _ENDPOINT_FAILED),
+        (
+            EXIT_STORE,
+            "the database cannot be used: another Titanic has it, or it is read-only, full, "
+            "or not a domo Titanic database (nothing in it is changed)",
+        ),
+    ],
+    "submit": [
+        (EXIT_OK, "the request is stored; its id is on stdout"),
+        (EXIT_ERROR, _BUG),
+        (EXIT_USAGE, "usage error: bad arguments or options"),
+        (EXIT_TIMEOUT, "no answer from titanic.request in time (no broker or no Titanic?)"),
+        (EXIT_REMOTE_ERROR, "Titanic could not store it (500: database full or read-only)"),
+        (EXIT_UNKNOWN, "Titanic refused the request as malformed (400)"),
+    ],
+    "fetch": [
+        (EXIT_OK, "the reply is there: its frames are on stdout"),
+        (EXIT_ERROR, _BUG),
+        (EXIT_USAGE, "usage error: bad arguments or options"),
+        (EXIT_TIMEOUT, "no answer from titanic.reply in time (no broker or no Titanic?)"),
+        (
+            EXIT_REMOTE_ERROR,
+            "the reply is the worker's error (its handler failed), or Titanic failed (500)",
+        ),
+        (EXIT_PENDING, "stored, not answered yet: fetch again later"),
+        (EXIT_UNKNOWN, "unknown id: never stored, closed, expired or given up; do not retry"),
+    ],
+    "close": [
+        (EXIT_OK, "closed: Titanic has forgotten the request and its reply (or never knew it)"),
+        (EXIT_ERROR, _BUG),
+        (EXIT_USAGE, "usage error: bad arguments or options"),
+        (EXIT_TIMEOUT, "no answer from titanic.close in time (no broker or no Titanic?)"),
+        (EXIT_REMOTE_ERROR, "Titanic could not delete it (500)"),
+    ],
 }
 
 

@@ -787,14 +787,16 @@ class Broker:
     # -- hooks for dialects the core serves through a bridge (domo.protocol.emqp_bridge) -------
 
     def withdraw(
-        self, peers: Sequence[bytes], now: float, *, unsent: bool = False
+        self, peers: Sequence[bytes], now: float, *, unsent: bool = False, expired: bool = False
     ) -> list[BrokerEvent]:
         """Unregister the registered workers among ``peers`` at once, as if each had sent
         DISCONNECT (MDP-W-13): their requests go back to the front of their queues together, in
         order of acceptance (MDP-D-08, MDP-A-03), so none is handed to another of them. For a
         worker made of several registrations (an eMQP worker's slots). ``unsent``: their
         requests were handed to them in this very call and will not be sent, so going back
-        does not count as one of their re-dispatches."""
+        does not count as one of their re-dispatches. ``expired``: the dialect's own liveness
+        clock found the worker silent too long (its registrations are not timed here, FAM-02):
+        each is ``WorkerExpired`` and silenced, as by MDP-H-05."""
         events = self._advance(now)
         lost: list[tuple[RequestRecord, bytes]] = []
         self._lost_in_advance = lost
@@ -805,7 +807,12 @@ class Broker:
                     continue
                 if unsent and worker.request is not None:
                     worker.request.attempts -= 1
-                self._worker_input(peer, WorkerInput.DISCONNECT, now, events)
+                if expired:  # MDP-H-05's cell, whatever the peer's traits say of its timer
+                    events.append(WorkerExpired(peer, worker.service, worker.last_heard, now))
+                    self._remove_worker(worker, now, events, disconnect_sent=False, reason=None)
+                    self._silence(peer, now)
+                else:
+                    self._worker_input(peer, WorkerInput.DISCONNECT, now, events)
         finally:
             self._lost_in_advance = None
         if lost:

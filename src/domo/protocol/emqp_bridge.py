@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final
 
 from . import mdp
-from .broker import PeerState
+from .broker import PeerState, PeerTraits
 from .dialects.emqp import (
     ACK,
     DISCONNECT,
@@ -95,7 +95,9 @@ def credit_cap(pipe_messages: int) -> int:
 _READY_FRAMES = (mdp.WORKER_HEADER, mdp.W_READY)
 _FINAL_FRAMES = (mdp.WORKER_HEADER, mdp.W_FINAL)
 _DISCONNECT_FRAMES: Final = (mdp.WORKER_HEADER, mdp.W_DISCONNECT)
-_HEARTBEAT_FRAMES: Final = (mdp.WORKER_HEADER, mdp.W_HEARTBEAT)
+# A slot's traits in the core: the worker's liveness is the bridge's one clock (EMQP-15), so
+# the core neither expects nor sends heartbeats on its slots, and tells them no DISCONNECT.
+_SLOT_TRAITS: Final = PeerTraits(heartbeats_expected=False, heartbeats_sent=False, disconnect=False)
 _LEAVING = (KBYE, KBAI, DISCONNECT)
 _REFUSED = {
     SCHEDULE: "SCHEDULE is not supported by this broker: run jobs on a timer in the client",
@@ -116,7 +118,6 @@ class _Worker:
     heartbeat_due: float
     timer_at: float = 0.0
     next_slot: int = 0
-    keys_refreshed: float = float("-inf")
     slots: dict[int, list[bytes]] = field(default_factory=dict)  # slot -> its live core keys
     busy: set[int] = field(default_factory=set)  # slots handed a request
     jobs: dict[bytes, tuple[bytes, bytes]] = field(default_factory=dict)  # msgid -> (key, client)
@@ -207,8 +208,6 @@ class EmqpBridge:
                     self._forget(worker, now, events)  # EMQP-16
                 else:
                     raise BadInput("EMQP-18", f"unknown or broker-only command {command!r}")
-            if worker is not None and address in self._workers:
-                self._refresh_keys(worker, now, events)
         except BadInput as bad:
             events.append(ProtocolViolation(peer, bad.rule, bad.reason, "dropped", now))
         self.follow(events)
@@ -258,7 +257,7 @@ class EmqpBridge:
             if self._workers.get(worker.address) is not worker or worker.timer_at != deadline:
                 continue
             if now >= worker.last_heard + self._span:
-                self._forget(worker, now, events)
+                self._forget(worker, now, events, expired=True)
                 continue
             if now >= worker.heartbeat_due:
                 self._heartbeat(worker, now)
@@ -349,7 +348,7 @@ class EmqpBridge:
         connection, peer = worker.address
         for _, queue in worker.queues:  # EMQP-06: in the order the worker listed them
             tag = b"\x00slot:%d:" % number + queue
-            key = self._host.key_for(peer, EMQP, connection, tag)
+            key = self._host.key_for(peer, EMQP, connection, tag, _SLOT_TRAITS)
             self._slots[key] = _Slot(worker, number, queue)
             keys.append(key)
             got = self._core.receive(key, [*_READY_FRAMES, queue], now)
@@ -424,22 +423,16 @@ class EmqpBridge:
                 if held == key:
                     del worker.jobs[msgid]
 
-    def _forget(self, worker: _Worker, now: float, events: list[BrokerEvent]) -> None:
-        """The worker leaves: its slots are withdrawn, its requests go back to their queues
-        (EMQP-14, EMQP-16)."""
+    def _forget(
+        self, worker: _Worker, now: float, events: list[BrokerEvent], *, expired: bool = False
+    ) -> None:
+        """The worker leaves (or, ``expired``, fell silent: this is its one liveness clock,
+        EMQP-15): its slots are withdrawn, its requests go back to their queues (EMQP-14,
+        EMQP-16)."""
         self._workers.pop(worker.address, None)
         keys = [key for slot in worker.slots.values() for key in slot]
-        events += self._core.withdraw(keys, now)  # together: none goes to a sibling slot
-
-    def _refresh_keys(self, worker: _Worker, now: float, events: list[BrokerEvent]) -> None:
-        # The core expires a key it has not heard from; the worker is heard as one, and at
-        # most every half interval, so a busy worker's messages cost no more than that.
-        if now < worker.keys_refreshed + self._interval / 2 or not worker.slots:
-            return
-        worker.keys_refreshed = now
-        for keys in list(worker.slots.values()):
-            for key in keys:
-                events += self._core.receive(key, _HEARTBEAT_FRAMES, now)
+        # together: none goes to a sibling slot
+        events += self._core.withdraw(keys, now, expired=expired)
 
     def _heartbeat(self, worker: _Worker, now: float) -> None:
         # EMQP-24: the broker's clock, not wall time; EventMQ's peers do not read it.

@@ -73,6 +73,7 @@ _KEY_PREFIX = b"\x00\xffdomo:"
 _REGISTERED = (PeerState.IDLE, PeerState.BUSY)
 _UNKNOWN = (MDP02, 0)  # not a family message: the core refuses it, as MDP/0.2's
 _MDP02_HEADERS = (MDPC02, MDPW02)  # an MDP/0.2 message's first frame
+_MDP02_NAME = str(Dialect.MDP02.value)
 
 
 def peer_key(
@@ -373,6 +374,12 @@ class FamilyBroker:
         route = self._routes.get(key)
         return (0, key) if route is None else (route.connection, route.routing_id)
 
+    def dialect_of(self, key: bytes) -> str:
+        """The name of the dialect the peer the core knows as ``key`` speaks (``"mdp02"``,
+        ``"mdp01"``, ...): what a trace record says of a request's client."""
+        route = self._routes.get(key)
+        return _MDP02_NAME if route is None else str(route.dialect.value)
+
     def keys(self) -> int:
         """How many peers the broker knows by a key now (bounded: see the module docstring)."""
         return len(self._routes)
@@ -380,15 +387,22 @@ class FamilyBroker:
     # -- for bridges (domo.protocol.emqp_bridge) ----------------------------------------------
 
     def key_for(
-        self, peer: bytes, codec: DialectCodec, connection: int, request_key: bytes | None
+        self,
+        peer: bytes,
+        codec: DialectCodec,
+        connection: int,
+        request_key: bytes | None,
+        traits: PeerTraits | None = None,
     ) -> bytes:
         """The peer key of (``connection``, ``peer``) speaking ``codec`` with no envelope, for
-        ``request_key``; its route is made if it is new, and forgotten as any key's."""
+        ``request_key``; its route is made if it is new, and forgotten as any key's. ``traits``:
+        the key's in the core (None: MDP/0.2's)."""
         key = peer_key(peer, (), codec.dialect, connection, request_key)
         if key not in self._routes:
             self._routes[key] = PeerRoute(peer, (), codec.dialect, connection, request_key, codec)
             self._keys_of.setdefault((connection, peer), {})[key] = None
             self._maybe_done[key] = None
+            self.core.set_traits(key, traits)
         return key
 
     def forget_later(self, key: bytes) -> None:

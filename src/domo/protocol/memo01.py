@@ -264,6 +264,12 @@ class Memo01Broker(FamilyBroker):
         """Every registered memo01 worker's id and service set."""
         return {ident: worker.services for ident, worker in self._workers.items()}
 
+    def dialect_of(self, key: bytes) -> str:
+        """As ``FamilyBroker.dialect_of``; a memo01 job's or seat's key is ``"memo01"``."""
+        if key in self._jobs or key in self._seats:
+            return "memo01"
+        return super().dialect_of(key)
+
     def memo_jobs(self) -> int:
         """How many memo01 jobs are outstanding."""
         return len(self._jobs)

@@ -46,6 +46,7 @@ class Scan:
     corrupt: list[tuple[Path, str]] = field(default_factory=list)  # (file, why)
     other_versions: list[tuple[Path, str]] = field(default_factory=list)  # (file, version)
     request_rows: int = 0  # in the readable request files, from their footers
+    rows: dict[Path, int] = field(default_factory=dict)  # records of each readable request file
 
 
 def scan(directory: Path) -> Scan:
@@ -75,6 +76,7 @@ def scan(directory: Path) -> Scan:
                 into.append(path)
                 if kind == "requests":
                     found.request_rows += metadata.num_rows
+                    found.rows[path] = metadata.num_rows
     return found
 
 

@@ -15,7 +15,9 @@ sockets live in the executor's Python worker, so any master works whose executor
 Spark may run a task again (a lost executor, speculation): a row can then be sent twice. Serve
 only idempotent services this way, or deduplicate by a key inside the body.
 
-``local_session()`` starts the quiet, fast local session ``domo report`` and the tests use.
+``local_session()`` starts the quiet, fast local session ``domo report`` and the tests use (or
+joins a standalone cluster: ``local_session("spark://host:7077")``); ``remote_session(url)``
+connects to a Spark Connect server (``sc://host:15002``) with no JVM in this process.
 Everything here needs the ``spark`` extra; importing this module does not.
 """
 
@@ -25,9 +27,18 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Final, Literal
 
-from ._session import INSTALL_HINT, JAVA_HINT, SparkUnavailable, java_command, local_session
+from ._session import (
+    CONNECT_HINT,
+    INSTALL_HINT,
+    JAVA_HINT,
+    SparkUnavailable,
+    java_command,
+    local_session,
+    remote_session,
+)
 
 __all__ = [
+    "CONNECT_HINT",
     "INSTALL_HINT",
     "JAVA_HINT",
     "ReplyDecoding",
@@ -35,6 +46,7 @@ __all__ = [
     "call_service",
     "java_command",
     "local_session",
+    "remote_session",
 ]
 
 ReplyDecoding = Literal["binary", "utf-8", "frames"]

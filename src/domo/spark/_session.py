@@ -17,9 +17,20 @@ import tempfile
 from pathlib import Path
 from typing import Any, Final
 
-__all__ = ["INSTALL_HINT", "JAVA_HINT", "SparkUnavailable", "java_command", "local_session"]
+__all__ = [
+    "CONNECT_HINT",
+    "INSTALL_HINT",
+    "JAVA_HINT",
+    "SparkUnavailable",
+    "java_command",
+    "local_session",
+    "remote_session",
+]
 
 INSTALL_HINT: Final = "this needs the spark extra: pip install 'domo[spark]'"
+CONNECT_HINT: Final = "Spark Connect needs the connect extra: pip install 'domo[connect]'"
+# What pyspark's own Spark Connect client imports (pyspark[connect] of pyspark 4), by module.
+CONNECT_MODULES: Final = ("grpc", "grpc_status", "google.rpc", "zstandard")
 JAVA_HINT: Final = (
     "Spark needs Java 17 or newer on PATH (or JAVA_HOME pointing at it): on Debian or Ubuntu "
     "`apt-get install openjdk-17-jre-headless`, elsewhere a JDK from https://adoptium.net"
@@ -62,6 +73,42 @@ def _log4j_file() -> Path:
     if not path.exists() or path.read_text() != _LOG4J:
         path.write_text(_LOG4J)
     return path
+
+
+def connect_missing() -> str | None:
+    """The first module the Spark Connect client needs that is not installed, or None."""
+    import importlib.util
+
+    for module in CONNECT_MODULES:
+        try:
+            if importlib.util.find_spec(module) is None:
+                return module
+        except (ImportError, ValueError):  # a parent package that is not importable
+            return module
+    return None
+
+
+def remote_session(url: str, *, app_name: str = "domo") -> Any:
+    """A Spark Connect session to the server at ``url`` (``sc://host:port``).
+
+    No JVM runs in this process: the server runs every job, and reads the files a job names from
+    its own file system. Raises ``SparkUnavailable`` without pyspark or the Connect client's
+    modules (the ``connect`` extra), or if the server cannot be reached.
+    """
+    try:
+        from pyspark.sql import SparkSession
+    except ImportError as error:
+        raise SparkUnavailable(f"{INSTALL_HINT} ({error})") from error
+    missing = connect_missing()
+    if missing is not None:
+        raise SparkUnavailable(f"{CONNECT_HINT} ({missing} is missing)")
+    try:
+        session = SparkSession.builder.remote(url).appName(app_name).getOrCreate()
+        session.range(1).collect()  # the first call is the one that reaches the server
+    except Exception as error:  # SparkConnectGrpcException, a bad URL (PySparkValueError)...
+        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise SparkUnavailable(f"cannot reach Spark Connect at {url}: {first}") from error
+    return session
 
 
 def local_session(

@@ -19,6 +19,7 @@ import os
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import islice
 from pathlib import Path
@@ -123,7 +124,7 @@ def _schemas() -> tuple[Any, Any]:
 
 
 # The columns of the schema that a row tuple carries, in its order; the others are the same for
-# every record of a recorder (dialect, wall_anchor, rule) and are made once per batch.
+# every record of a recorder (wall_anchor) and are made once per batch.
 _REQUEST_ROW: Final = (
     "request_id",
     "service",
@@ -141,6 +142,8 @@ _REQUEST_ROW: Final = (
     "partials",
     "partial_bytes",
     "drop_reason",
+    "dialect",
+    "rule",
 )
 _WORKER_ROW: Final = ("worker", "service", "change", "reason", "at")
 
@@ -180,7 +183,9 @@ class TraceRecorder:
     ``wall_anchor`` is ``time.time()`` minus the broker's clock at the same instant: add it to any
     timestamp of a record for wall-clock seconds. ``max_bytes``/``max_seconds`` rotate the files;
     ``buffer`` bounds the records waiting for the writer (of each kind); ``batch`` records waiting
-    wake the writer, which otherwise wakes every ``flush_interval`` seconds.
+    wake the writer, which otherwise wakes every ``flush_interval`` seconds. ``dialect`` is a
+    record's dialect unless ``dialect_of`` (a request's client peer, as the broker's events name
+    it, to the dialect it speaks: ``FamilyBroker.dialect_of``) says otherwise.
     """
 
     def __init__(
@@ -189,6 +194,7 @@ class TraceRecorder:
         *,
         wall_anchor: float,
         dialect: str | None = "mdp02",
+        dialect_of: Callable[[bytes], str | None] | None = None,
         buffer: int = 100_000,
         batch: int = 10_000,
         flush_interval: float = 1.0,
@@ -205,6 +211,10 @@ class TraceRecorder:
         self.directory = check_trace_dir(directory)
         self.wall_anchor = wall_anchor
         self.dialect = dialect
+        # The dialect of each request's client, where it is not ``dialect``: asked when the
+        # request is queued (the broker may forget the client's key before it ends).
+        self._dialect_of = dialect_of
+        self._dialects: dict[int, str | None] = {}
         self.stats = TraceStats()
         # A request in flight: its RequestQueued, then (queued, dispatch, ...) once dispatched,
         # the core's own events (nothing is copied until it ends). PARTIALs and re-dispatches
@@ -231,7 +241,7 @@ class TraceRecorder:
                 self._requests,
                 requests,
                 _REQUEST_ROW,
-                {"dialect": dialect, "wall_anchor": wall_anchor, "rule": None},
+                {"wall_anchor": wall_anchor},
             ),
             "workers": (self._workers, workers, _WORKER_ROW, {"wall_anchor": wall_anchor}),
         }
@@ -248,10 +258,9 @@ class TraceRecorder:
         import pyarrow as pa
         import pyarrow.parquet as pq
 
-        sample = {
-            "requests": (0, "", b"", (b"",), 0.0, (0.0,), (0.0,), None, 0.0, "", 0, 0, 0, 0, 0, ""),
-            "workers": (b"", "", "", None, 0.0),
-        }
+        # one record of each kind, its values in the order of _REQUEST_ROW and _WORKER_ROW
+        request = (0, "", b"", (b"",), 0.0, (0.0,), (0.0,), None, 0.0, "", 0, 0, 0, 0, 0, "")
+        sample = {"requests": (*request, "", ""), "workers": (b"", "", "", None, 0.0)}
         for kind, (_, schema, carried, constant) in self._kinds.items():
             with pq.ParquetWriter(pa.BufferOutputStream(), schema) as writer:
                 writer.write_table(_table(schema, carried, constant, [sample[kind]]))
@@ -263,6 +272,10 @@ class TraceRecorder:
         kind = type(event)  # the three events of every request first, by identity
         if kind is RequestQueued:
             self._open[event.request_id] = event  # type: ignore[union-attr]
+            if self._dialect_of is not None:
+                dialect = self._dialect_of(event.client)  # type: ignore[union-attr]
+                if dialect != self.dialect:
+                    self._dialects[event.request_id] = dialect  # type: ignore[union-attr]
             return
         if kind is RequestDispatched:
             request_id = event.request_id  # type: ignore[union-attr]
@@ -276,7 +289,7 @@ class TraceRecorder:
         match event:
             case RequestCompleted():
                 self._finish(
-                    event.request_id, event.at, "completed", event.size, event.partials, None
+                    event.request_id, event.at, "completed", event.size, event.partials, None, None
                 )
             case RequestRedispatched():
                 if event.request_id in self._open:
@@ -288,9 +301,11 @@ class TraceRecorder:
                         extra[0] = event.at
                     extra[1] += event.size
             case RequestExpired():
-                self._finish(event.request_id, event.at, "expired", None, 0, None)
+                self._finish(event.request_id, event.at, "expired", None, 0, None, None)
             case RequestDropped():
-                self._finish(event.request_id, event.at, "dropped", None, 0, event.reason)
+                self._finish(
+                    event.request_id, event.at, "dropped", None, 0, event.reason, event.rule
+                )
             case WorkerRegistered():
                 self._worker(event.worker, event.service, "registered", None, event.at)
             case WorkerExpired():
@@ -322,10 +337,14 @@ class TraceRecorder:
         reply_size: int | None,
         partials: int,
         drop_reason: str | None,
+        rule: str | None,
     ) -> None:
         held = self._open.pop(request_id, None)
         if held is None:
             return
+        dialect = self.dialect
+        if self._dialects:
+            dialect = self._dialects.pop(request_id, dialect)
         rows = self._requests
         if len(rows) >= self._buffer:
             self.stats.dropped += 1
@@ -372,6 +391,8 @@ class TraceRecorder:
                 partials,
                 partial_bytes,
                 drop_reason,
+                dialect,
+                rule,
             )
         )
         if len(rows) == self._wake_at:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import socket
 from collections import deque
 from collections.abc import Sequence
 from contextlib import suppress
@@ -126,7 +127,8 @@ class NngConnection:
         """The endpoint as bound (a tcp port 0 resolved)."""
         url = nng_url(self.endpoint)
         if url.startswith("tcp://") and url.rsplit(":", 1)[-1] == "0":
-            port = self._listener.local_address.port
+            # pynng gives the port as NNG keeps it, in network byte order (nng_sockaddr_in).
+            port = socket.ntohs(self._listener.local_address.port)
             return f"{NNG_SCHEME}{url.rsplit(':', 1)[0]}:{port}"
         return self.endpoint
 

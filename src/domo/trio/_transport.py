@@ -203,15 +203,16 @@ class ZmqConnection(Generic[FrameT]):
 
         libzmq's monitor events for a closed connection (``ZMQ_EVENT_DISCONNECTED``) come as
         two-frame messages (``zmq.utils.monitor.parse_monitor_message``). Close it before this
-        socket; ``unwatch`` stops the monitor.
-        """
-        monitor = self._socket.get_monitor_socket(zmq.EVENT_DISCONNECTED)
-        return ZmqConnection[bytes](monitor)
+        socket: its ``close`` stops the monitor, then closes the receiving socket.
 
-    def unwatch(self) -> None:
-        """Stop the monitor ``watch_closed`` started (its connection must be closed first)."""
-        if not self._socket.closed:
-            self._socket.disable_monitor()
+        libzmq's I/O thread sends each event with a *blocking* send, holding the lock that
+        stopping the monitor takes (libzmq issue 3575). It would block for ever, and with it
+        every connection of that I/O thread and whoever then stops the monitor, if the
+        receiving socket were closed first (the send then has no peer) or let its queue fill
+        (a broker too busy to read). So the receiving socket is made here, with no receive
+        high-water mark, and its ``close`` stops the monitor while it is still open.
+        """
+        return _MonitorConnection(self._socket)
 
     def _send_tracked(self, frames: Sequence[FrameT], size: int, pending: PendingBytes) -> int:
         """Send a large message counted against the pending bound (MDP-D-30), or refuse it.
@@ -244,6 +245,42 @@ class ZmqConnection(Generic[FrameT]):
         if not self._socket.closed:
             trio.lowlevel.notify_closing(self._fd)  # wake (with an error) anyone waiting on it
             self._socket.close(linger=int(linger * 1000))
+
+
+class _MonitorConnection(ZmqConnection[bytes]):
+    """The receiving end of a socket's monitor (``ZmqConnection.watch_closed``).
+
+    A PAIR connected to the monitor's inproc endpoint, made by hand rather than by pyzmq's
+    ``get_monitor_socket`` so that its receive high-water mark is set (to none) before it
+    connects: an inproc pipe takes its bound from both ends when it is made, and a full pipe
+    would block libzmq's I/O thread in its event send.
+    """
+
+    def __init__(self, watched: zmq.Socket[bytes]) -> None:
+        self._watched = watched
+        endpoint = f"inproc://domo-monitor-{id(watched):x}"
+        watched.monitor(endpoint, zmq.EVENT_DISCONNECTED)
+        try:
+            receiver = watched.context.socket(zmq.PAIR)
+            try:
+                receiver.setsockopt(zmq.RCVHWM, 0)
+                receiver.setsockopt(zmq.LINGER, 0)
+                receiver.connect(endpoint)
+            except BaseException:
+                receiver.close(linger=0)
+                raise
+        except BaseException:
+            watched.monitor(None, 0)
+            raise
+        super().__init__(receiver)
+
+    def close(self, linger: float) -> None:
+        """Stop the monitor, then close the receiving socket: in this order only (see
+        ``ZmqConnection.watch_closed``). Stopping takes the lock an event send holds, which
+        is now bounded: the send has a live peer and a queue with no bound."""
+        if not self._socket.closed and not self._watched.closed:
+            self._watched.monitor(None, 0)
+        super().close(linger)
 
 
 def _view(frame: zmq.Frame) -> memoryview:

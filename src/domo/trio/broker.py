@@ -74,7 +74,7 @@ async def _report_closed(
     conn: ZmqConnection[BodyFrame], emit: Callable[[Iterable[BrokerEvent]], None]
 ) -> None:
     """Report each connection of ``conn``'s socket that closes, as ``ConnectionClosed``, until
-    cancelled (MDP-D-31); the monitor is stopped and closed on the way out."""
+    cancelled (MDP-D-31); the monitor is stopped and closed on the way out (by its ``close``)."""
     monitor = conn.watch_closed()
     try:
         while True:
@@ -87,7 +87,6 @@ async def _report_closed(
                 emit([ConnectionClosed(endpoint, CLOSED_REASON, "MDP-D-31", trio.current_time())])
     finally:
         monitor.close(0)
-        conn.unwatch()
 
 
 async def serve_broker(
@@ -142,7 +141,9 @@ async def serve_broker(
     if trace_dir is not None:
         from domo.trace import TraceRecorder  # pyarrow is an extra; import only when tracing
 
-        recorder = TraceRecorder(trace_dir, wall_anchor=time.time() - trio.current_time())
+        recorder = TraceRecorder(
+            trace_dir, wall_anchor=time.time() - trio.current_time(), dialect_of=broker.dialect_of
+        )
     if curve is not None and transport is not None:
         raise ValueError("curve applies to the default ZeroMQ transport, not to a given one")
     limits = broker.config

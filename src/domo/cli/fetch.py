@@ -1,0 +1,61 @@
+"""``domo fetch ID``: the reply to a durable request, if it has come; the exit code says."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from domo.titanic.trio import TitanicClient
+
+from ._common import (
+    EXIT_OK,
+    EXIT_PENDING,
+    EXIT_UNKNOWN,
+    _prepare_curve_client,
+    _subcommand,
+)
+from ._durable import add_client_options, request_id, with_titanic
+from .call import _write_raw, _write_text
+
+
+def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    sub = _subcommand(
+        commands,
+        "fetch",
+        "print the reply to a durable request, if it has come",
+        "Ask Titanic (`domo titanic`, 9/TSP) for the reply to the request `domo submit` "
+        "stored as ID. If it has come, print its frames (one per line, as `domo call` does; "
+        "--raw for the bytes) and exit 0; if not yet, exit 10 (fetch again later); if ID is "
+        "unknown (never stored, closed, expired, or given up because its service never "
+        "answered), exit 11. Fetching does not delete the reply: `domo close ID` does, or "
+        "--close here once it is printed.",
+        _fetch,
+        "warning",
+        _prepare_curve_client,
+    )
+    sub.add_argument(
+        "request_id", metavar="ID", type=request_id, help="the id `domo submit` printed"
+    )
+    add_client_options(sub)
+    sub.add_argument("--raw", action="store_true", help="write the reply's frames as raw bytes")
+    sub.add_argument(
+        "--close", action="store_true", help="once the reply is printed, close the request"
+    )
+
+
+async def _fetch(args: argparse.Namespace) -> int:
+    async def fetch(titanic: TitanicClient) -> int:
+        fetched = await titanic.fetch(args.request_id)
+        if fetched.pending:
+            print(f"domo fetch: {args.request_id} is pending: no reply yet", file=sys.stderr)
+            return EXIT_PENDING
+        if fetched.unknown:
+            print(f"domo fetch: {args.request_id}: {fetched.text or 'unknown'}", file=sys.stderr)
+            return EXIT_UNKNOWN
+        body = fetched.reply()  # a handler's error reply raises RemoteError (exit 4)
+        (_write_raw if args.raw else _write_text)(body)
+        if args.close:
+            await titanic.close(args.request_id)
+        return EXIT_OK
+
+    return await with_titanic(args, fetch)
