@@ -148,6 +148,7 @@ def main() -> None:
     ever_served: set[bytes] = set()
     waiting: dict[bytes, list[tuple[bytes, list[bytes]]]] = {}  # newest-first: service -> held
     clients_seen: list[bytes] = []  # in order of their first request
+    changed: list[bool] = []  # newest-first: a worker may have become idle, or a request came
 
     def send(peer: bytes, frames: Sequence[bytes]) -> None:
         out = framing.outward([bytes(f) for f in frames])
@@ -216,19 +217,19 @@ def main() -> None:
 
     def release_newest(now: float) -> None:
         """newest-first: a held request goes in (newest first) once a worker is idle for it."""
-        for service, queue in waiting.items():
-            idle = [
-                v for v in broker.workers().values() if v.service == service and v.client is None
-            ]
-            while queue and idle:
+        if not (waiting and changed):
+            return
+        changed.clear()
+        idle = {v.service for v in broker.workers().values() if v.client is None}
+        for service in [s for s in waiting if s in idle]:
+            queue = waiting[service]
+            while queue and service in idle:
                 peer, frames = queue.pop()
                 broker.receive(peer, frames, max(now, broker.now))
                 flush()
-                idle = [
-                    v
-                    for v in broker.workers().values()
-                    if v.service == service and v.client is None
-                ]
+                idle = {v.service for v in broker.workers().values() if v.client is None}
+            if not queue:
+                del waiting[service]
 
     while True:
         deadline = broker.next_deadline()
@@ -291,6 +292,8 @@ def main() -> None:
                 holding.pop(peer, None)
                 if flaw == "no-dispatch-on-final":
                     no_dispatch_to.add(peer)
+            if isinstance(command, mdp.WorkerReady | mdp.WorkerFinal | mdp.ClientRequest):
+                changed.append(True)
             if isinstance(command, mdp.ClientRequest) and peer not in clients_seen:
                 clients_seen.append(peer)
             if flaw == "busy-dispatch" and isinstance(command, mdp.ClientRequest):

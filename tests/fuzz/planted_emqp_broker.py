@@ -110,7 +110,9 @@ def forget_without_requeue() -> None:
     """A worker that leaves is forgotten, but its slots stay with the core: the jobs it held
     are never given to another (EMQP-14)."""
 
-    def forget(self: Bridge, worker: Any, now: float, events: list[Any]) -> None:
+    def forget(
+        self: Bridge, worker: Any, now: float, events: list[Any], *, expired: bool = False
+    ) -> None:
         self._workers.pop(worker.address, None)
 
     Bridge._forget = forget  # type: ignore[method-assign]

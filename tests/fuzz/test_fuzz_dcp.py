@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from domo.cli import EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE
-from domo.fuzz.dcp import fuzz_dcp, near_misses
+from domo.fuzz.dcp import near_misses
 from domo.protocol.dialects.dcp import HEADER, check
 
 from .conftest import INTERVAL, LIVENESS
@@ -79,23 +79,6 @@ DCP_PLANTS: dict[str, str] = {
     "no-reconnect-on-reregistration": "DCP-18",
     "no-reconnect-for-stray-reply": "DCP-12",
 }
-
-
-@pytest.mark.parametrize(("flaw", "rule"), sorted(DCP_PLANTS.items()))
-def test_a_planted_dcp_mistake_is_found_by_its_rule(
-    start_broker: Callable[[list[str]], str], flaw: str, rule: str
-) -> None:
-    endpoint = start_broker([sys.executable, str(PLANTED_DCP), flaw, str(INTERVAL), str(LIVENESS)])
-    # A short answer window: what a plant breaks shows sooner; a late answer on a loaded
-    # machine may add findings, which do not matter here.
-    result = fuzz_dcp(
-        endpoint, scenarios=200, seed=1, time_budget=30, heartbeat_interval=INTERVAL,
-        liveness=LIVENESS, stop_after=(rule,), answer_window=1.0,
-    )  # fmt: skip
-    found = {finding.rule: finding for finding in result.findings}
-    assert rule in found, result
-    assert found[rule].seed == 1
-    assert found[rule].steps[0].kind == "setup"  # the plan that repeats it
 
 
 @pytest.mark.parametrize("width", [1, 4])

@@ -1,6 +1,7 @@
 """`domo fuzz --dialect emqp` (``domo.fuzz.emqp``) against domo's broker and against brokers with
 a planted bug, each of which it must find and name by the rule the bug breaks.
 
+Each plant is searched for by the planted suite's short form (``test_planted_search.py``).
 Each broker runs in a process of its own (``tests/fuzz/planted_emqp_broker.py``: domo's broker,
 with one method of its eMQP bridge altered, or none), as a broker under test does: the fuzzer's
 lanes must not share its interpreter.
@@ -23,10 +24,8 @@ from typing import Any
 import pytest
 
 from domo.cli import EXIT_FINDINGS, EXIT_OK, EXIT_USAGE
-from domo.fuzz.emqp import EmqpFuzzResult, fuzz_emqp, replay_emqp
+from domo.fuzz.emqp import EmqpFuzzResult, fuzz_emqp
 from domo.protocol import BrokerConfig, emqp_bridge
-
-from .planted_emqp_broker import PLANTS
 
 pytestmark = [pytest.mark.io]
 
@@ -105,20 +104,3 @@ def test_an_emqp_finding_is_shrunk_saved_and_replayed(
 
 def _domo(*argv: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([*DOMO, *argv], capture_output=True, text=True, timeout=90)
-
-
-@pytest.mark.parametrize("name", sorted(PLANTS))
-def test_emqp_fuzzer_names_the_planted_bug(name: str, emqp_broker: Callable[[str], str]) -> None:
-    """Each planted bug is found and named by the rule it breaks; its plan, played again,
-    breaks that rule again (the plant changes behaviour: domo's own broker passes it)."""
-    _, rule, malformed = PLANTS[name]
-    endpoint = emqp_broker(name)
-    result = fuzz(
-        endpoint, scenarios=200, seed=7, time_budget=40, malformed=malformed, stop_after=(rule,)
-    )
-    assert rule in {f.rule for f in result.findings}, result.findings
-    found = next(f for f in result.findings if f.rule == rule)
-    assert found.steps[0].kind == "setup"  # the plan that repeats it
-    clean = emqp_broker("none")
-    again = [v.rule for v in replay_emqp(clean, found.steps, credits=CREDITS)]
-    assert rule not in again

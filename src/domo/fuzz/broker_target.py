@@ -228,6 +228,7 @@ class _Request:
     arrived_by: float = 0.0  # the broker certainly has it by then (for the queue order)
     drop: bool = False  # a second REQUEST on one socket while the first stands: not queued
     partial_forwarded: bool = False  # its client got a PARTIAL of it
+    dispatched_at: float = 0.0  # when its first REQUEST reached a worker
 
 
 @dataclass
@@ -355,6 +356,7 @@ class BrokerRun:
     _probe_request_sent: float = 0.0  # when the last probe's REQUEST left (its round trip)
     # The last probe's worker heard a HEARTBEAT after its REQUEST was sent: it was registered.
     probe_registered: bool = False
+    probe_void: bool = False  # the last probe was not judged: the fuzzer itself stalled
     pacemaker: _Pacemaker = field(init=False)
 
     def __post_init__(self) -> None:
@@ -480,6 +482,17 @@ class BrokerRun:
         service = f"fz.{self.run_id}.{tag}.probe".encode()
         worker = self._socket(f"fz{self.run_id}-{tag}-pw".encode())
         client = self._socket(f"fz{self.run_id}-{tag}-pc".encode())
+        last_sent = [time.monotonic()]
+        t = self.timing
+
+        def beat() -> float:
+            # The probe's worker heartbeats while it waits, as any live worker does.
+            now = time.monotonic()
+            if now - last_sent[0] >= t.interval:
+                self.put(worker, _HEARTBEAT)
+                last_sent[0] = now
+            return last_sent[0] + t.interval
+
         try:
             self.put(worker, mdp.worker_ready(service))
             deadline = time.monotonic() + timeout
@@ -494,18 +507,24 @@ class BrokerRun:
                     min(deadline, time.monotonic() + 1.5 * self.timing.interval),
                     self.worker_in,
                     lambda f: list(f[:2]) == list(_HEARTBEAT),
+                    beat,
                 )
             self.put(client, mdp.client_request(service, [b"probe"]))
             self._probe_request_sent = time.monotonic()
-            self.probe_registered = False
+            self.probe_registered = self.probe_void = False
 
             def dispatched(frames: list[bytes]) -> bool:
                 if list(frames[:2]) == list(_HEARTBEAT):
                     self.probe_registered = True  # the broker has the worker's READY
                 return len(frames) >= 5 and frames[1] == mdp.W_REQUEST
 
-            got = _recv_until(worker, deadline, self.worker_in, dispatched)
+            got = _recv_until(worker, deadline, self.worker_in, dispatched, beat)
             if got is None:
+                return False
+            if time.monotonic() - last_sent[0] > t.keep_alive_limit:
+                # This process was too late to keep its worker alive (a stalled machine): the
+                # broker may rightly have expired it. Not judged: probe again.
+                self.probe_void = True
                 return False
             self.put(worker, mdp.worker_reply(mdp.W_FINAL, got[2], [b"probe-ok"]))
             reply = _recv_until(
@@ -542,8 +561,13 @@ def _recv_until(
     deadline: float,
     translate: Callable[[list[bytes]], list[bytes]],
     wanted: Callable[[list[bytes]], bool],
+    keep_alive: Callable[[], float] | None = None,
 ) -> list[bytes] | None:
+    """The first message on ``sock`` that is ``wanted``, or None at ``deadline``;
+    ``keep_alive`` (a probe's worker heartbeating) runs meanwhile, and says when next."""
     while (left := deadline - time.monotonic()) > 0:
+        if keep_alive is not None:
+            left = min(left, max(0.0, keep_alive() - time.monotonic()))
         if sock.poll(int(left * 1000) + 1, zmq.POLLIN):
             frames = translate(sock.recv_multipart())
             if wanted(frames):
@@ -564,6 +588,7 @@ class _Scenario:
             for i in range(CLIENTS)
         ]
         self.sockets_made = 0
+        self.token_prefix = f"tok:{self.prefix}:".encode()  # of this scenario's replies
         self.violations: list[Violation] = []
         self.tokens: dict[bytes, _Token] = {}
         # A client of another dialect is named to workers by a key the broker makes: both ways.
@@ -585,7 +610,7 @@ class _Scenario:
         self.registrations: list[_Registration] = []  # every READY the broker took
         self.senders: dict[bytes, _Worker] = {}  # a reply's token -> the worker that sent it
         # MDP-A-03: (the request overtaken, the one dispatched before it, judged when).
-        self.overtakes: list[tuple[tuple[bytes, int], tuple[bytes, int], float]] = []
+        self.overtakes: list[tuple[tuple[bytes, int], tuple[bytes, int], float, float]] = []
 
     # --- bookkeeping -----------------------------------------------------------------------
 
@@ -700,7 +725,14 @@ class _Scenario:
                 self.resolve_silence(w, at_end=True)
             self.judge_heartbeat_rate()
             self.arm("MDP-W-16" if self.had_garbage else "MDP-A-01")
-            if not self.run.probe(self.tag, self.t.probe_timeout):
+            served = self.run.probe(self.tag, self.t.probe_timeout)
+            for again in range(2):  # a probe this process was too slow to keep alive
+                if served or not self.run.probe_void:
+                    break
+                served = self.run.probe(f"{self.tag}v{again}", self.t.probe_timeout)
+            if not served and self.run.probe_void:
+                return self.violations  # every probe stalled in this process: not judged
+            if not served:
                 if self.run.probe_registered and self.run.probe(
                     f"{self.tag}r", self.t.probe_timeout, registered_first=True
                 ):
@@ -738,7 +770,7 @@ class _Scenario:
         t = self.t
         ends = [since + t.forward_window for since, _, _ in self.due.values()]
         ends += [c.mmi[1] + t.forward_window for c in self.clients if c.mmi is not None]
-        ends += [when for _, _, when in self.overtakes]
+        ends += [when for _, _, _, when in self.overtakes]
         ends += [
             w.expect_disconnect_since + t.dead_after
             for w in self.workers
@@ -1117,7 +1149,7 @@ class _Scenario:
             self.arm("MDP-W-13")
 
     def send_stray(self, w: _Worker, code: bytes, c: _Client, rule: str) -> None:
-        token = f"tok:{self.prefix}:{len(self.tokens)}".encode()
+        token = self.token_prefix + str(len(self.tokens)).encode()
         seq = c.outstanding[1] if c.outstanding is not None else 0
         self.tokens[token] = _Token(c.address, seq, False, (token,), forbidden=rule)
         self.send(w, [mdp.WORKER_HEADER, code, self.opaque(c.address), b"", token])
@@ -1128,7 +1160,7 @@ class _Scenario:
     ) -> None:
         assert w.holding is not None
         client, seq = w.holding
-        token = f"tok:{self.prefix}:{len(self.tokens)}".encode()
+        token = self.token_prefix + str(len(self.tokens)).encode()
         body = (token, *extra)
         kind = "FINAL" if code == mdp.W_FINAL else "PARTIAL"
         self.tokens[token] = _Token(client, seq, late, body, kind=kind)
@@ -1482,6 +1514,8 @@ class _Scenario:
             self.note_order(key, r, now)
         if self.run.dispatch == "lru" and w.holding is None and not w.dead:
             self.judge_lru(w, r, now)
+        if not r.dispatched:
+            r.dispatched_at = now
         r.dispatched = True
         r.state = "held"
         w.holding = key
@@ -1495,33 +1529,34 @@ class _Scenario:
         round robin over clients) serves these two in the order they came; a request that
         went back to its queue after a loss (MDP-D-08) is left out. Judged ``slack`` later:
         the earlier one's own REQUEST may be on its way to another worker."""
-        self.arm("MDP-A-03")
         for other, q in self.requests.items():
-            if (
-                q is not r
-                and q.service == r.service
-                and q.state == "queued"
-                and not q.dispatched
-                and q.losses == 0
-                and q.sibling is None
-                and q.arrived_by + self.t.slack < r.sent_at
-            ):
-                self.overtakes.append((other, key, now + self.t.forward_window))
+            if q is r or q.service != r.service or q.state != "queued" or q.dispatched:
+                continue
+            if q.losses or q.sibling is not None or q.drop:
+                continue
+            if r.arrived_by + self.t.slack < q.sent_at:
+                self.arm("MDP-A-03")  # two requests queued in a certain order: judged
+            elif q.arrived_by + self.t.slack < r.sent_at:
+                self.arm("MDP-A-03")  # two requests in the order they came: judged
+                self.overtakes.append((other, key, now, now + self.t.forward_window))
 
     def judge_order(self, now: float) -> None:
         for entry in list(self.overtakes):
-            other, key, when = entry
+            other, key, overtaken_at, when = entry
             if now < when:
                 continue
             self.overtakes.remove(entry)
             q = self.requests[other]
-            if q.state == "queued" and not q.dispatched and q.losses == 0:
+            # Still waiting, or dispatched only after the later one was (its own REQUEST to
+            # another worker, sent first, may have arrived up to the slack after).
+            later = q.dispatched and q.dispatched_at > overtaken_at + self.t.slack
+            if q.losses == 0 and (later or (q.state == "queued" and not q.dispatched)):
                 r = self.requests[key]
                 self.flag(
                     "MDP-A-03",
                     f"a request of {key[0]!r} sent {r.sent_at - q.sent_at:.2f} s after one of "
                     f"{other[0]!r} for the same service was dispatched first, while that one "
-                    "still waits (not served in the order they came)",
+                    "waited (not served in the order they came)",
                 )
                 self.overtakes = [e for e in self.overtakes if e[0] != other]
 
@@ -1610,6 +1645,14 @@ class _Scenario:
             )
             return
         origin = self.tokens.get(token)
+        if origin is None and token.startswith(b"tok:") and not token.startswith(self.token_prefix):
+            # A reply a worker of another scenario sent for its own client (MDP-R-03).
+            self.flag(
+                "MDP-R-03",
+                f"client {c.address!r} got a {kind} a worker sent for another client "
+                f"({token[:40]!r}, of another scenario)",
+            )
+            return
         if origin is None:
             self.flag("MDP-S-03", f"client got a {kind} whose body no worker sent")
             return

@@ -1139,7 +1139,14 @@ class _Steps:
         s.send(client, b"REQUEST", queue, b"", body, msgid=msgid)
         s.pump(max(10.0, 3 * self.run.window), until=lambda: request.deliveries > 0)
         if request.deliveries == 0:
-            raise _Stopped(rule, f"after {after} the broker no longer dispatches requests")
+            beat = worker.last_heartbeat
+            since = "never" if beat is None else f"{s.now() - beat:.2f} s ago"
+            raise _Stopped(
+                rule,
+                f"after {after} the broker no longer dispatches requests (the probe's worker, "
+                f"INFORMed and READY, last heard a HEARTBEAT {since}; its client got "
+                f"{request.receipts} receipt(s))",
+            )
         self.leave(worker, b"KBYE")
 
 
