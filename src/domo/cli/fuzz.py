@@ -38,6 +38,9 @@ from ._common import (
 
 # The dialects fuzzed by a search of their own (not the MDP broker target's scenarios).
 SEARCHES_OF_THEIR_OWN = ("memo01", "dcp", "emqp")
+# Scenarios side by side by default: an MDP scenario is light (a few sockets, heartbeats); an
+# eMQP or DCP one starts more peers and probes after each step; memo01's run trio per lane.
+LANES = {"mdp02": 24, "mdp01": 24, "majortomo": 24, "emqp": 8, "dcp": 8, "memo01": 4}
 
 
 def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -114,10 +117,11 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     sub.add_argument(
         "--lanes",
         type=partial(_integer, least=1),
-        default=8,
+        default=None,
         metavar="N",
         help="scenarios run side by side against a broker, each on sockets of its own "
-        "(default: %(default)s; 1 plays them one after another)",
+        f"(default: {LANES['mdp02']} for the MDP dialects, {LANES['emqp']} for emqp and dcp, "
+        f"{LANES['memo01']} for memo01; 1 plays them one after another)",
     )
     sub.add_argument(
         "--dispatch",
@@ -282,7 +286,7 @@ async def _fuzz(args: argparse.Namespace) -> int:
         dispatch=args.dispatch,
         mmi=args.mmi,
         dialect=args.dialect or "mdp02",
-        lanes=args.lanes,
+        lanes=args.lanes or LANES[args.dialect or "mdp02"],
     )
     try:
         if args.replay is not None:
@@ -380,7 +384,7 @@ async def _fuzz_memo01(args: argparse.Namespace) -> int:
         scenarios=args.examples,
         seed=seed,
         time_budget=args.time_budget,
-        lanes=args.lanes,
+        lanes=args.lanes or LANES["memo01"],
         first=args.first,
         progress=lambda line: print(f"domo fuzz: found {line}", file=sys.stderr),
     )
@@ -433,7 +437,7 @@ async def _fuzz_dcp(args: argparse.Namespace) -> int:
         heartbeat_interval=args.heartbeat_interval,
         liveness=args.liveness,
         stop_at_first=args.first,
-        lanes=args.lanes,
+        lanes=args.lanes or LANES["dcp"],
         progress=lambda line: print(f"domo fuzz: found {line}", file=sys.stderr),
     )
     try:
@@ -503,7 +507,7 @@ async def _fuzz_emqp(args: argparse.Namespace) -> int:
         malformed=args.malformed,
         credits=args.credits,
         first=args.first,
-        lanes=args.lanes,
+        lanes=args.lanes or LANES["emqp"],
         progress=lambda line: print(f"domo fuzz: found {line}", file=sys.stderr),
     )
     result = await trio.to_thread.run_sync(run)

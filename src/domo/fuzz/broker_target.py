@@ -434,6 +434,12 @@ class BrokerRun:
                 )
             ]
         measured = sum(gaps) / len(gaps)
+        if measured > self.timing.heartbeat_gap_limit:
+            # Measured again before the verdict: a broker starved of CPU for a moment on a
+            # loaded machine heartbeats late, one at a different interval does so each time.
+            again = self.measure_heartbeats()
+            if again:
+                measured = min(measured, sum(again) / len(again))
         self.measured_interval = measured
         if measured > self.timing.heartbeat_gap_limit or measured < interval / 2:
             message = (
@@ -445,7 +451,8 @@ class BrokerRun:
 
     @property
     def heartbeat_patience(self) -> float:
-        return max(3.0, 4 * self.timing.interval)
+        # Generous: a broker starved of CPU on a loaded machine is late, not silent.
+        return max(6.0, 6 * self.timing.interval)
 
     def measure_heartbeats(self) -> list[float]:
         """A fresh idle worker heartbeats at the agreed interval; the gaps between the broker's
@@ -746,6 +753,12 @@ class _Scenario:
                         f"dispatched to it within {self.t.probe_timeout:.1f} s (the broker "
                         "serves one sent after the registration)",
                     )
+                    return self.violations
+                # Once more after the liveness span: a broker starved of CPU for a while is
+                # slow, not stopped (a stopped one costs this wait once, at the end).
+                self.run.pacemaker.drain()
+                time.sleep(self.t.dead_after)
+                if self.run.probe(f"{self.tag}w", self.t.probe_timeout, registered_first=True):
                     return self.violations
                 rule = "MDP-W-16" if self.had_garbage else "MDP-A-01"
                 why = (

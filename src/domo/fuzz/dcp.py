@@ -211,6 +211,7 @@ class _Peer:
     closed: bool = False
     garble: bool = False  # replies with other metadata than it was sent (DCP-09)
     last_sent: float = 0.0
+    last_pong: float = 0.0  # when the broker last answered its routine ping
     max_gap: float = 0.0
     expected: deque[_Expected] = field(default_factory=deque)
     told: set[int] = field(default_factory=set)  # widths it has been owed a reconnect in
@@ -253,6 +254,7 @@ class _Scenario:
         self.ending = False  # no more routine pings: the scenario is being judged
         self.slowest_pong = 0.0  # the broker's longest answer to a routine ping, in seconds
         self.judged: set[str] = set()  # the rules a check had something to judge (coverage)
+        self.broker_stalled = False  # a worker's pings went unanswered, then reconnect
         self.canary: _Peer | None = None  # the new peer pinging after near misses (DCP-23)
         self.opener: _Peer | None = None
 
@@ -489,6 +491,13 @@ class _Scenario:
                 peer.expected.remove(owed)
                 if owed.routine and owed.optional:
                     return  # a ping sent before the reconnect that made its answer moot
+                quiet = time.monotonic() - max(peer.last_pong, owed.sent - self.interval)
+                if owed.routine and kind == RECONNECT and quiet > self.expiry / 2:
+                    # No pong for half the liveness span, then reconnect: the broker stalled
+                    # and may have expired the worker before reading its pings (not judged).
+                    self.broker_stalled = True
+                    self.reconnected(peer)
+                    return
                 rule = "DCP-14" if kind == PONG else owed.rule
                 self.fail(rule, f"{owed.why}: got {name}, not {TYPE_NAMES[sibling]}")
                 if kind == RECONNECT:
@@ -511,6 +520,7 @@ class _Scenario:
         peer.expected.remove(owed)
         if owed.routine:
             self.slowest_pong = max(self.slowest_pong, time.monotonic() - owed.sent)
+            peer.last_pong = time.monotonic()
         if width != owed.width:
             self.fail("DCP-03", f"{owed.why}: got its {name} in width {width}")
         if owed.then is not None:
@@ -890,7 +900,7 @@ class _Scenario:
         """Whether the machine stalled near a worker's expiry, so that the broker may rightly
         have dropped it (not judged): one of the fuzzer's own workers went quiet, or the broker
         took, for half the liveness span."""
-        if self.slowest_pong > self.expiry / 2:
+        if self.slowest_pong > self.expiry / 2 or self.broker_stalled:
             return True
         now = time.monotonic()
         for peer in self.peers:

@@ -101,7 +101,7 @@ class FuzzOptions:
     dialect: str = "mdp02"
     # Scenarios run side by side against a broker (each on sockets of its own); 1 plays them
     # one after another. A worker or client target is always played one scenario at a time.
-    lanes: int = 8
+    lanes: int = 24
 
 
 @dataclass(frozen=True, slots=True)
