@@ -85,7 +85,9 @@ def plants(dialects: tuple[str, ...]) -> list[tuple[str, str, tuple[str, ...]]]:
 def one(
     dialect: str, flaw: str, rules: tuple[str, ...], seed: int, budget: float, lanes: int
 ) -> dict[str, Any]:
-    """One search against one target; what it found and when."""
+    """One search against one target; what it found and when. ``lanes`` is the MDP
+    dialects'; eMQP and DCP run at most 8, memo01 4 (their CLI defaults)."""
+    lanes = min(lanes, {"emqp": 8, "dcp": 8, "memo01": 4}.get(dialect, lanes))
     proc = None
     started = time.monotonic()
     record: dict[str, Any] = {"dialect": dialect, "flaw": flaw, "rules": rules, "seed": seed,

@@ -49,18 +49,18 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         commands,
         "fuzz",
         "check an MDP/0.2 broker, worker or client against domo's model",
-        "Check an MDP/0.2 peer against the rules of specs/mdp-0.2.md with scenarios that "
-        "Hypothesis generates and shrinks. --target broker (the default): play clients and "
-        "workers against the broker running at ENDPOINT. --target worker or client: bind ENDPOINT "
+        "Check an MDP/0.2 peer against the rules of specs/mdp-0.2.md with generated scenarios, "
+        "each finding shrunk to a small scenario. --target broker (the default): play clients "
+        "and workers against the broker running at ENDPOINT, --lanes scenarios side by side, "
+        "steered to the rules judged least. --target worker or client: bind ENDPOINT "
         "and play the broker against the worker or client that connects to it; --exec CMD starts "
         "it ('{endpoint}' in CMD becomes the endpoint bound, e.g. tcp://127.0.0.1:0 picks a free "
         "port), else start it yourself. A client under test must send requests one after another "
         "for ever (e.g. `domo call --repeat 0`). --dialect mdp01 or majortomo plays that dialect's "
-        "clients and workers against a broker; --dialect memo01, dcp or emqp runs that "
-        "dialect's own seeded search of scenarios against a broker (no shrinking; --seed "
-        "repeats it). Use a short --heartbeat-interval and give the peer the same "
-        "--heartbeat-interval and --liveness. Each violation is printed with its rule id and a "
-        "shrunk scenario, saved for --replay (exit codes below).",
+        "clients and workers against a broker; --dialect memo01, dcp or emqp plays that "
+        "dialect's peers in scenarios of its own. Use a short --heartbeat-interval and give the "
+        "peer the same --heartbeat-interval and --liveness. Each violation is printed with its "
+        "rule id and a shrunk scenario, saved for --replay (exit codes below).",
         _fuzz,
         "warning",
         prepare=_check_fuzz,

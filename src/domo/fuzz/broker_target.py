@@ -207,6 +207,9 @@ class _Client:
     seq: int = 0
     outstanding: tuple[bytes, int] | None = None  # (service, seq)
     mmi: tuple[frozenset[bytes], float, str] | None = None  # answers allowed, asked at, rule
+    # What the MMI answer was judged by: live workers' READY times, registrations' "gone by"
+    # times, the window then (judged again with a wider window if the broker ran late).
+    mmi_basis: tuple[list[float], list[float], float] | None = None
     other_seq: int | None = None  # a second REQUEST on this socket: its reply may come instead
     created: float = field(default_factory=time.monotonic)  # when its socket was made
 
@@ -241,6 +244,7 @@ class _Token:
     body: tuple[bytes, ...]
     forbidden: str = ""  # the rule broken if it is forwarded at all
     kind: str = "FINAL"  # or PARTIAL
+    sent_at: float = field(default_factory=time.monotonic)
 
 
 class _Pacemaker:
@@ -260,6 +264,7 @@ class _Pacemaker:
         self.last_drained: float | None = None
         self.registered_at = 0.0
         self.ever_heard = False  # the broker has heartbeated a pacemaker in this run
+        self.late_beats: list[float] = []  # when a late heartbeat's gap began
 
     def register(self) -> None:
         self.close()
@@ -312,6 +317,9 @@ class _Pacemaker:
                     # interval.
                     if gap > t.liveness * t.interval:
                         self.long_stalls += 1
+                    if gap > t.interval + t.slack:
+                        self.late_beats.append(now - gap)  # the broker was late from then
+                        del self.late_beats[:-50]
                 self.last_heartbeat = now
                 self.last_heard = now
                 self.ever_heard = True
@@ -319,6 +327,14 @@ class _Pacemaker:
                 self.register()
             else:
                 self.last_heard, self.last_heartbeat = now, None
+
+    def lagged(self, since: float) -> bool:
+        """Did the broker run late (a heartbeat to the pacemaker overdue) at some time after
+        ``since``, or is it late now? Then what it sent after ``since`` may have been
+        decided before it read what came at ``since``."""
+        t = self.run.timing
+        late = any(began >= since - t.interval for began in self.late_beats[-50:])
+        return late or self.stalled(time.monotonic())
 
     def stalled(self, now: float) -> bool:
         """Is the broker's heartbeat to the pacemaker overdue now (the broker not running)?
@@ -616,6 +632,10 @@ class _Scenario:
         self.unsure: dict[bytes, float] = {}
         self.registrations: list[_Registration] = []  # every READY the broker took
         self.senders: dict[bytes, _Worker] = {}  # a reply's token -> the worker that sent it
+        # Findings about something that came too late, judged again an interval later with
+        # the windows then: a broker that stalled a moment ago shows it in the pacemaker's
+        # next heartbeat, which may be read after the late message itself.
+        self.confirms: list[tuple[float, Callable[[], bool], str, str]] = []
         # MDP-A-03: (the request overtaken, the one dispatched before it, judged when).
         self.overtakes: list[tuple[tuple[bytes, int], tuple[bytes, int], float, float]] = []
 
@@ -623,6 +643,11 @@ class _Scenario:
 
     def flag(self, rule: str, explanation: str) -> None:
         self.violations.append(Violation(rule, explanation))
+
+    def confirm(self, check: Callable[[], bool], rule: str, explanation: str) -> None:
+        """Flag ``rule`` an interval and a slack from now if ``check()`` still holds then."""
+        due = time.monotonic() + self.t.interval + self.t.slack
+        self.confirms.append((due, check, rule, explanation))
 
     def arm(self, *rules: str) -> None:
         """These rules' checks have something to judge in this scenario (rule coverage)."""
@@ -784,6 +809,7 @@ class _Scenario:
         ends = [since + t.forward_window for since, _, _ in self.due.values()]
         ends += [c.mmi[1] + t.forward_window for c in self.clients if c.mmi is not None]
         ends += [when for _, _, _, when in self.overtakes]
+        ends += [due for due, _, _, _ in self.confirms]
         ends += [
             w.expect_disconnect_since + t.dead_after
             for w in self.workers
@@ -834,6 +860,10 @@ class _Scenario:
         ident = c.address + b":" + str(c.seq).encode()
         _, template = BODIES[body_index % len(BODIES)]
         body = tuple(ident if f == b"{id}" else f for f in template)
+        if self.run.wire.name != "mdp02" and body[0] != ident:
+            # A client of another dialect is named to workers by a key the broker makes,
+            # learnt from the body of its first request: each body must tell whose it is.
+            body = (ident, *body)
         now = time.monotonic()
         nobody = not self.live_workers_of(service)
         # On a socket made a moment ago the REQUEST leaves only once the connection is up (a
@@ -914,6 +944,9 @@ class _Scenario:
                 allowed = {b"404"}  # never served, or every worker it had is gone for certain
             else:
                 allowed = {b"200", b"404"}  # a worker came or went just now
+            c.mmi_basis = ([w.ready_at for w in settled], [r.gone_by for r in regs], window)
+        if which == 2:
+            c.mmi_basis = None
         self.run.put(c.sock, mdp.client_request(b"mmi.service", [name]))
         c.mmi = (frozenset(allowed), due, "MDP-M-01")
         self.arm("MDP-M-01")
@@ -1304,6 +1337,11 @@ class _Scenario:
                         w.suspect_since, w.suspect_silence = now, silent
                         w.suspect_busy = w.holding is not None
         self.judge_order(now)
+        for entry in [e for e in self.confirms if now >= e[0]]:
+            self.confirms.remove(entry)
+            _, check, rule, explanation = entry
+            if check():
+                self.flag(rule, explanation)
         for token, (since, rule, what) in list(self.due.items()):
             if now > since + self.t.forward_window:
                 del self.due[token]
@@ -1424,17 +1462,21 @@ class _Scenario:
             w.disconnected_at = None
             return
         if w.disconnected_at is not None and now - w.disconnected_at > self.t.slack:
-            self.flag(
+            since = w.disconnected_at
+            self.confirm(
+                lambda: now - since > self.t.slack and not self.run.pacemaker.lagged(since),
                 "MDP-W-13",
-                f"{w.name} sent DISCONNECT {now - w.disconnected_at:.2f} s ago and still received "
+                f"{w.name} sent DISCONNECT {now - since:.2f} s ago and still received "
                 f"{command.name}",
             )
             w.disconnected_at = None  # once is enough
             return
         if w.dead and now - w.last_sent > self.t.dead_after:
-            self.flag(
+            quiet = w.last_sent
+            self.confirm(
+                lambda: now - quiet > self.t.dead_after and not self.run.pacemaker.lagged(quiet),
                 "MDP-H-07",
-                f"{w.name} has been silent for {now - w.last_sent:.2f} s (dead) and still "
+                f"{w.name} has been silent for {now - quiet:.2f} s (dead) and still "
                 f"received {command.name}",
             )
             w.dead = False
@@ -1633,15 +1675,33 @@ class _Scenario:
             return
         kind = command.name
         if c.mmi is not None and command.service.startswith(b"mmi."):
-            allowed, _, rule = c.mmi
-            c.mmi = None
+            allowed, asked_at, rule = c.mmi
+            basis, c.mmi, c.mmi_basis = c.mmi_basis, None, None
             answer = command.body[0] if command.body else b""
-            if kind != "FINAL" or answer not in allowed:
-                self.flag(
-                    rule,
-                    f"an MMI request was answered with {kind} {answer[:20]!r}, not "
-                    f"{' or '.join(repr(a) for a in sorted(allowed))}",
-                )
+            why = (
+                f"an MMI request was answered with {kind} {answer[:20]!r}, not "
+                f"{' or '.join(repr(a) for a in sorted(allowed))}"
+            )
+            if kind != "FINAL" or (answer not in allowed and basis is None):
+                self.flag(rule, why)
+            elif answer not in allowed and basis is not None:
+                # Judged again with the windows of a moment later, and not at all if the
+                # broker ran late meanwhile: a late broker may not have read the READY or
+                # run the expiry that decided the answer when it answered.
+                readies, gone, then = basis
+
+                def still_wrong() -> bool:
+                    wider = self.t.forward_window - then
+                    settled = any(asked_at - r > then + wider for r in readies)
+                    if self.run.pacemaker.lagged(min([asked_at, *readies, *gone]) - wider):
+                        return False
+                    if settled:
+                        return answer != b"200"
+                    if all(g + wider < asked_at for g in gone):
+                        return answer != b"404"
+                    return False
+
+                self.confirm(still_wrong, rule, why)
             return
         token = command.body[0] if command.body else b""
         if (
@@ -1709,7 +1769,9 @@ class _Scenario:
             sizes = [len(f) for f in command.body]
             self.flag("MDP-S-03", f"client got a {kind} whose body (frames of {sizes}) was altered")
         if origin.late and kind == "FINAL":
-            self.flag(
+            expired = origin.sent_at - self.t.dead_after - self.t.interval
+            self.confirm(
+                lambda: not self.run.pacemaker.lagged(expired),  # else it may not have expired
                 "MDP-D-10",
                 f"client got a FINAL that a worker sent after {self.t.dead_after:.2f} s of "
                 "silence, when it was already expired",
