@@ -65,7 +65,7 @@ def test_replay_file_runs_again(
     planted: Callable[[str], str], start_broker: Callable[[list[str]], str], tmp_path: Path
 ) -> None:
     """A saved scenario runs again: the flaw shows, domo's broker passes the same steps."""
-    steps = [Step("ready", 0, 1), Step("disconnect", 0), Step("wait", 0, 4)]
+    steps = [Step("ready", 0, 1), Step("wait", 0, 3), Step("disconnect", 0), Step("wait", 0, 4)]
     path = tmp_path / "scenario.json"
     save_replay(path, Replay("broker", INTERVAL, LIVENESS, steps, "MDP-W-13"))
     replay = load_replay(path)

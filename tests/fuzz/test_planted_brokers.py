@@ -42,7 +42,10 @@ DIRECT: dict[str, tuple[str, list[Step]]] = {
     "cut-large-body": ("MDP-S-03", [S("ready"), S("request", 0, 8), S("wait", 0, 2)]),
     "no-disconnect-on-unexpected": ("MDP-W-15", [S("ready"), S("unexpected", 0, 2)]),
     "forward-stray-reply": ("MDP-W-15", [S("request"), S("stray-reply", 0, 0), S("wait", 0, 2)]),
-    "heartbeat-expired": ("MDP-H-07", [S("ready"), S("die"), S("wait", 0, 8), S("wait", 0, 4)]),
+    "heartbeat-expired": (
+        "MDP-H-07",
+        [S("ready"), S("wait", 0, 3), S("die"), S("wait", 0, 8), S("wait", 0, 4)],
+    ),
     "mmi-404-for-busy": (
         "MDP-M-01",
         [S("ready"), S("request"), S("wait", 0, 6), S("wait", 0, 4), S("mmi", 1, 0)],
@@ -57,11 +60,14 @@ DIRECT: dict[str, tuple[str, list[Step]]] = {
         "MDP-D-10",
         [S("ready"), S("request"), S("die"), S("wait", 0, 6), S("late-final"), S("wait", 0, 2)],
     ),
-    "ignore-disconnect": ("MDP-W-13", [S("ready", 0, 1), S("disconnect"), S("wait", 0, 4)]),
+    "ignore-disconnect": (
+        "MDP-W-13",
+        [S("ready", 0, 1), S("wait", 0, 3), S("disconnect"), S("wait", 0, 4)],
+    ),
     "no-heartbeat": ("MDP-H-04", [S("ready"), S("wait", 0, 8)]),
     "early-expiry": ("MDP-H-05", [S("ready"), S("pause", 0, 4), S("wait", 0, 6)]),
     "die-on-garbage": ("MDP-W-16", [S("garbage", 0, 1)]),
-    "mmi-stale-200": ("MDP-M-01", [S("ready"), S("wait", 0, 2), S("disconnect"), S("mmi", 1, 0)]),
+    "mmi-stale-200": ("MDP-M-01", [S("ready"), S("wait", 0, 3), S("disconnect"), S("mmi", 1, 0)]),
     "disconnect-answers-disconnect": (
         "MDP-W-13",
         [S("ready"), S("wait", 0, 1), S("disconnect"), S("wait", 0, 4)],

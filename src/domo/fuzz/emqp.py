@@ -341,6 +341,7 @@ class _Scenario:
             if worker.last_heartbeat is not None:
                 self.run.meter.heartbeat_gap(worker, now - worker.last_heartbeat, now)
             worker.last_heartbeat = now
+            self.run.last_any_heartbeat = now
         elif command == b"DISCONNECT":
             if worker.state == "refusing":
                 worker.state = "refused"
@@ -556,7 +557,16 @@ class _Scenario:
             for w in self.workers
             if w.last_heartbeat is not None and w.state == "ready"
         ]
-        return bool(beats) and now - max(beats) > self.run.interval + self.run.slack
+        late = self.run.interval + self.run.slack
+        if bool(beats) and now - max(beats) > late:
+            return True
+        # Nothing heartbeated in this lane for that long, though the broker has before.
+        last = self.run.last_any_heartbeat
+        return (
+            last is not None
+            and now - last > late
+            and any(w.state == "ready" and not w.probe for w in self.workers)
+        )
 
     def _owed(self, now: float) -> list[str]:
         """Report what the broker owes and is overdue (once each); what it still owes."""
@@ -596,7 +606,12 @@ class _Scenario:
                     worker,
                 ):
                     worker.state = "refused"
-            elif worker.state == "ready" and worker.acked_at and not worker.heartbeat_flagged:
+            elif (
+                worker.state == "ready"
+                and worker.acked_at
+                and not worker.heartbeat_flagged
+                and not stalled
+            ):
                 last = worker.last_heartbeat or worker.acked_at
                 if now - last > self.run.heartbeat_span:
                     after = "its ACK" if worker.last_heartbeat is None else "the last HEARTBEAT"
@@ -1177,6 +1192,7 @@ class _Run:
         self.malformed = malformed
         self.span = interval * liveness
         self.meter = JitterMeter() if meter is None else meter
+        self.last_any_heartbeat: float | None = None  # the broker's last HEARTBEAT in this lane
         self.shared = _Exclusive()  # the lanes' hold on the broker's "default" queue
         self.request_age = 20.0
         self.owns_context = context is None

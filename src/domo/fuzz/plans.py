@@ -122,7 +122,7 @@ def _after_partial(rng: random.Random) -> list[Step]:
 def _mmi_lost(rng: random.Random) -> list[Step]:
     # The service's only worker leaves or dies, then mmi.service for it: 404 (MDP-M-01).
     loss = rng.choice((S("disconnect", 0, 0), S("die", 0, 0), S("garbage", 0, 1)))
-    return [S("ready", 0, 0), S("wait", 0, 1), loss, S("mmi", 1, 0)]
+    return [S("ready", 0, 0), S("wait", 0, 3), loss, S("mmi", 1, 0)]
 
 
 def _mmi(rng: random.Random) -> list[Step]:
@@ -174,12 +174,14 @@ def _pause(rng: random.Random) -> list[Step]:
 
 
 def _dead(rng: random.Random) -> list[Step]:
-    return [S("ready", 0, 0), S("wait", 0, 1), S("die", 0, 0), S("wait", 0, 8), S("wait", 0, 4)]
+    return [S("ready", 0, 0), S("wait", 0, 3), S("die", 0, 0), S("wait", 0, 8), S("wait", 0, 4)]
 
 
 def _disconnect(rng: random.Random) -> list[Step]:
-    held = [S("request", 0, 0), S("wait", 0, 1)] if rng.random() < 0.5 else []
-    return [S("ready", 0, 0), *held, S("disconnect", 0, 0), S("wait", 0, 4)]
+    # A wait first: what comes after a DISCONNECT is judged once the broker has answered the
+    # worker's socket (its connection is up).
+    held = [S("request", 0, 0)] if rng.random() < 0.5 else []
+    return [S("ready", 0, 0), *held, S("wait", 0, 3), S("disconnect", 0, 0), S("wait", 0, 4)]
 
 
 def _unexpected(which: int) -> Callable[[random.Random], list[Step]]:

@@ -10,6 +10,7 @@ would run against a dead target.
 
 from __future__ import annotations
 
+import os
 import random
 import shlex
 import sys
@@ -412,11 +413,12 @@ def _search_broker(options: FuzzOptions, progress: TextIO | None) -> FuzzResult:
     context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
 
     def open_lane(_: int) -> BrokerRun:
+        own = os.environ.get("DOMO_FUZZ_CONTEXT") == "lane"
         return BrokerRun(
             options.endpoint,
             timing,
-            context=context,
-            owns_context=False,
+            context=zmq.Context() if own else context,
+            owns_context=own,
             dispatch=options.dispatch,
             mmi=options.mmi,
             wire=Wire(options.dialect),
