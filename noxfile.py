@@ -42,11 +42,13 @@ def tests(session: nox.Session) -> None:
     """The whole test suite (Hypothesis profile ``ci`` when CI is set).
 
     trace: pyarrow, for tests/trace; spark: pyspark and the rest, for tests/spark (a local Spark
-    on the machine's Java 17; those tests skip with the reason where pyspark is missing);
+    on the machine's Java 17, a standalone cluster and a Spark Connect server started from
+    pyspark's own scripts; those tests skip with the reason where pyspark is missing);
+    connect: the Spark Connect client (gRPC), for tests/spark/test_connect.py;
     metrics: prometheus-client, for tests/test_metrics.py; nng: pynng and cbor2, for memo01
     (tests/protocol/test_memo01*.py, tests/nng).
     """
-    session.install("-e", ".[trace,spark,metrics,nng]", *group("test"))
+    session.install("-e", ".[trace,spark,connect,metrics,nng]", *group("test"))
     session.run("pytest", *session.posargs)
 
 
@@ -96,13 +98,21 @@ def chaos(session: nox.Session) -> None:
     """The chaos harness's long form: 10,000 requests while workers are SIGKILLed every ~0.5 s
     and the broker is SIGKILLed and restarted; 0 lost, 0 duplicated; then an honest client under a
     garbage flood from two processes (about 1,000,000 junk messages), and beside one client, then
-    four, that never read their 1 MiB replies (docs/reliability.md).
+    four, that never read their 1 MiB replies; 10,000 durable requests (Titanic) under SIGKILLs
+    and a Binary Star pair killed and stopped; then the hostile-peer probes of every endpoint and
+    dialect (tests/chaos/hostile.py --long: authentication, floods of a minute, a busy memo01
+    worker killed, drain; docs/security.md, docs/reliability.md).
     Options after ``--`` go to tests/chaos/harness.py (``--requests N``, ``--seed N``, ...)."""
-    session.install("-e", ".", *group("test"))
+    session.install("-e", ".[nng,metrics]", *group("test"))
     session.run("python", "tests/chaos/harness.py", "--requests", "10000", *session.posargs)
     session.run("python", "tests/chaos/flood.py", "--seconds", "20", "--flooders", "2")
     session.run("python", "tests/chaos/slow_reader.py", "--seconds", "10")
     session.run("python", "tests/chaos/slow_reader.py", "--seconds", "10", "--readers", "4")
+    # Durable requests (issue 26): 10,000 through Titanic while broker, Titanic and workers are
+    # SIGKILLed; a Binary Star pair's primary SIGKILLed, then SIGSTOPped (docs/reliability.md).
+    session.run("python", "tests/chaos/titanic_chaos.py", "--requests", "10000")
+    session.run("python", "tests/chaos/binary_star.py", "--requests", "1000")
+    session.run("python", "tests/chaos/hostile.py", "--long")
 
 
 @nox.session

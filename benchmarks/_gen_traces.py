@@ -5,7 +5,9 @@ at most 1 M rows each (as a broker's rotation would) and one ``workers-*.parquet
 2,000 requests/s over 20 services with a Zipf-like skew, 5 workers per service, queue waits
 exponential (mean 1 ms), service times log-normal (median 5 ms); 1 % expire unserved, 1 % are
 re-dispatched once (their first worker lost) and complete, 0.5 % are dropped after a lost
-worker. Seeded: the same arguments give the same files.
+worker. ``--dialects mdp02,mdp01,...``: each client speaks one of them (its requests carry it),
+as on a broker that serves the family's dialects; by default all speak ``mdp02``. Seeded: the
+same arguments give the same files.
 """
 
 from __future__ import annotations
@@ -27,13 +29,27 @@ PER_FILE = 1_000_000
 WALL_ANCHOR = 1_790_000_000.0  # broker clock 0 is this Unix time (2026-09-21)
 
 
-def _lists(values: np.ndarray[Any, Any], counts: np.ndarray[Any, Any], kind: Any) -> Any:
+def _names(pattern: bytes, numbers: Any, count: int, kind: Any) -> Any:
+    """``pattern % n`` for each of ``numbers`` (all below ``count``), as an Arrow array, made
+    in C from a dictionary of the ``count`` names rather than one Python string per row."""
+    names = pa.array([pattern % n for n in range(count)], type=pa.binary()).cast(kind)
+    return pa.DictionaryArray.from_arrays(pa.array(numbers, type=pa.int32()), names).cast(kind)
+
+
+def _lists(values: Any, counts: np.ndarray[Any, Any], kind: Any) -> Any:
     offsets: Any = np.zeros(len(counts) + 1, dtype=np.int32)
     np.cumsum(counts, out=offsets[1:])
-    return pa.ListArray.from_arrays(pa.array(offsets), pa.array(values, type=kind))
+    flat = values if isinstance(values, pa.Array) else pa.array(values, type=kind)
+    return pa.ListArray.from_arrays(pa.array(offsets), flat)
 
 
-def chunk(rng: np.random.Generator, first: int, rows: int) -> Any:
+CLIENTS = 200
+DROP_RULE = "MDP-D-08"  # the rule behind redispatch-limit (specs/mdp-0.2.md)
+
+
+def chunk(
+    rng: np.random.Generator, first: int, rows: int, dialects: tuple[str, ...] = ("mdp02",)
+) -> Any:
     """``rows`` request records with ids from ``first``, as a pyarrow Table."""
     schema = _schemas()[0]
     ids: Any = np.arange(first, first + rows, dtype=np.int64)
@@ -48,7 +64,7 @@ def chunk(rng: np.random.Generator, first: int, rows: int) -> Any:
     total = int(attempts.sum())
     owner: Any = np.repeat(service, attempts)
     worker_number = owner * WORKERS_PER_SERVICE + rng.integers(0, WORKERS_PER_SERVICE, total)
-    worker_ids = [b"w%04d" % n for n in worker_number]
+    worker_ids = _names(b"w%04d", worker_number, SERVICES * WORKERS_PER_SERVICE, pa.binary())
     waits = rng.exponential(0.001, total)
     service_times = rng.lognormal(np.log(0.005), 0.6, total)
     # Each attempt starts after its wait; the next one waits from where the previous ended.
@@ -67,12 +83,13 @@ def chunk(rng: np.random.Generator, first: int, rows: int) -> Any:
     finished = np.where(expired, received + 5.0, last_end)
     outcome = np.where(expired, "expired", np.where(dropped, "dropped", "completed"))
     size = rng.integers(16, 2048, rows)
+    client = rng.integers(0, CLIENTS, rows)
     columns = {
         "request_id": pa.array(ids),
-        "service": pa.array([f"svc.{n:02d}" for n in service], type=pa.string()),
-        "client": pa.array([b"c%03d" % n for n in rng.integers(0, 200, rows)], type=pa.binary()),
-        "workers": _lists(np.array(worker_ids, dtype=object), attempts, pa.binary()),
-        "dialect": pa.array(np.full(rows, "mdp02", dtype=object), type=pa.string()),
+        "service": _names(b"svc.%02d", service, SERVICES, pa.string()),
+        "client": _names(b"c%03d", client, CLIENTS, pa.binary()),
+        "workers": _lists(worker_ids, attempts, pa.binary()),
+        "dialect": pa.array(np.array(dialects, dtype=object)[client % len(dialects)]),
         "wall_anchor": pa.array(np.full(rows, WALL_ANCHOR)),
         "received": pa.array(received),
         "dispatches": _lists(starts, attempts, pa.float64()),
@@ -88,7 +105,7 @@ def chunk(rng: np.random.Generator, first: int, rows: int) -> Any:
         "drop_reason": pa.array(
             np.where(dropped, "redispatch-limit", None).astype(object), type=pa.string()
         ),
-        "rule": pa.nulls(rows, type=pa.string()),
+        "rule": pa.array(np.where(dropped, DROP_RULE, None).astype(object), type=pa.string()),
     }
     return pa.Table.from_pydict(columns, schema=schema)
 
@@ -110,14 +127,21 @@ def workers_table() -> Any:
     )
 
 
-def generate(directory: Path, rows: int, seed: int = 42) -> list[Path]:
-    """Write ``rows`` request records (and the workers file) into ``directory``; the files."""
+def generate(
+    directory: Path,
+    rows: int,
+    seed: int = 42,
+    dialects: tuple[str, ...] = ("mdp02",),
+    per_file: int = PER_FILE,
+) -> list[Path]:
+    """Write ``rows`` request records (and the workers file) into ``directory``; the files
+    (of at most ``per_file`` records each)."""
     directory.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(seed)
     written = []
-    for number, first in enumerate(range(0, rows, PER_FILE)):
+    for number, first in enumerate(range(0, rows, per_file)):
         path = directory / f"requests-20260921T000000Z-1-{number:06d}.parquet"
-        pq.write_table(chunk(rng, first, min(PER_FILE, rows - first)), path)
+        pq.write_table(chunk(rng, first, min(per_file, rows - first), dialects), path)
         written.append(path)
     path = directory / "workers-20260921T000000Z-1-000000.parquet"
     pq.write_table(workers_table(), path)
@@ -130,8 +154,11 @@ def main() -> None:
     parser.add_argument("directory", type=Path)
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--seed", type=int, default=42)
+    parser.add_argument(
+        "--dialects", default="mdp02", help="comma-separated; each client speaks one of them"
+    )
     args = parser.parse_args()
-    files = generate(args.directory, args.rows, args.seed)
+    files = generate(args.directory, args.rows, args.seed, tuple(args.dialects.split(",")))
     print(f"wrote {args.rows} request records in {len(files)} files to {args.directory}")
 
 

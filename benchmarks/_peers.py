@@ -134,7 +134,7 @@ def worker(system: str, endpoint: str, heartbeat: float) -> None:
 
         config = WorkerConfig(heartbeat_interval=heartbeat)
         trio.run(lambda: run_worker(endpoint, SERVICE, echo, config=config))
-    elif system == "sync":
+    elif system in ("sync", "sync-threads"):
         import domo.sync
         from domo.protocol import WorkerConfig
 
@@ -203,6 +203,8 @@ def client(
     if system == "domo":
         record = _domo_client(endpoint, sessions, body, duration, pause)
     elif system == "sync":
+        record = _sync_map_client(endpoint, sessions, body, duration, pause)
+    elif system == "sync-threads":
         record = _sync_client(endpoint, sessions, body, duration, pause)
     elif system == "asyncio":
         record = _asyncio_client(endpoint, sessions, body, duration, pause)
@@ -278,6 +280,37 @@ def _sync_client(
             thread.start()
         for thread in threads:
             thread.join()
+
+    with Client(endpoint, concurrency=sessions, timeout=30.0) as client:
+        run(client, time.perf_counter() + 0.3)
+        latencies.clear()
+        _wait_for_go()
+        start = time.perf_counter()
+        run(client, start + duration)
+        elapsed = time.perf_counter() - start
+    return {"count": len(latencies), "elapsed": elapsed, "latencies": latencies}
+
+
+def _sync_map_client(
+    endpoint: str, sessions: int, body: bytes, duration: float, pause: float
+) -> dict[str, Any]:
+    """``domo.sync.Client.map`` from one thread, ``sessions`` requests in flight."""
+    from domo.sync import Client
+
+    latencies: list[float] = []
+    started: deque[float] = deque()
+
+    def bodies(stop: float) -> Any:
+        while time.perf_counter() < stop:
+            started.append(time.perf_counter())
+            yield body
+            if pause:
+                time.sleep(pause)  # only (d) pauses, with a single session
+
+    def run(client: Client, stop: float) -> None:
+        for reply in client.map(SERVICE, bodies(stop)):
+            latencies.append(time.perf_counter() - started.popleft())
+            assert reply == [body]
 
     with Client(endpoint, concurrency=sessions, timeout=30.0) as client:
         run(client, time.perf_counter() + 0.3)

@@ -107,7 +107,7 @@ def broker_cycle(cycles: int, family: bool = False, dialect: bool = False) -> Ca
             else:
                 request = list(mdp.client_request_frames(_service(index), BODY))
                 key = client
-            final = mdp.worker_final_frames(key, BODY)
+            final = list(mdp.worker_final_frames(key, BODY))
             plan.append((client, key, request, final))
         receive = broker.receive
         reply_code = b"MDPC01" if dialect else mdp.C_FINAL
@@ -150,7 +150,8 @@ def broker_cycle(cycles: int, family: bool = False, dialect: bool = False) -> Ca
             for client, key, request, final in plan:
                 now += STEP
                 receive(client, request, now)
-                [(_, worker, _)] = take()
+                [(_, worker, sent)] = take()
+                final[2] = bytes(sent[2])  # the client's address as the broker gave it
                 receive(worker, final, now)
                 [(connection, to, reply)] = take()
                 if connection != 0 or to != client or reply[1] != reply_code:

@@ -3,8 +3,8 @@
 A broker subprocess (tracing off or on, to a temp dir), two echo worker subprocesses, and in this
 process 8 concurrent ``Client`` loops sending 32-byte requests back to back for a fixed time.
 The off/on pair is run twice in the order off, on, on, off (``--rounds N``: N times over) so
-that drift on a shared machine cancels; the ratio is on/off of the summed rates. Goal (issue 15):
-tracing costs at most 10 %.
+that drift on a shared machine cancels; the ratio is on/off of the summed rates. Goal: tracing
+costs at most 5 % (issue 29; 10 % in issue 15).
 
 Beside the rates it prints the broker process's CPU time per request (user + system, all its
 threads, the writer's included; from ``/proc``, so on Linux only) over the same windows: what
@@ -29,6 +29,8 @@ from functools import partial
 import trio
 
 from domo.trio import Client, run_worker, serve_broker
+
+GOAL = 0.95  # on/off throughput: tracing costs at most 5 %
 
 
 async def _broker(endpoint: str, trace_dir: str) -> None:
@@ -144,8 +146,8 @@ def main() -> None:
             )
             print(f"tracing {mode:3s}: {rate:8.0f} requests/s{per}", flush=True)
     ratio = rates["on"] / rates["off"]
-    verdict = "meets" if ratio >= 0.9 else "misses"
-    print(f"tracing on/off throughput: {ratio:.3f} ({verdict} the goal >= 0.90)")
+    verdict = "meets" if ratio >= GOAL else "misses"
+    print(f"tracing on/off throughput: {ratio:.3f} ({verdict} the goal >= {GOAL:.2f})")
     off_cpu, on_cpu = cpu["off"], cpu["on"]
     if off_cpu is not None and on_cpu is not None:
         off_per, on_per = off_cpu / done["off"] * 1e6, on_cpu / done["on"] * 1e6

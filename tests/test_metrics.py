@@ -96,6 +96,22 @@ def test_the_gauges_follow_the_core_step_by_step() -> None:
     assert sample(s.metrics, "domo_workers", service="echo", state="idle") == 0
 
 
+def test_a_busy_timeout_is_counted_apart_from_an_expiry() -> None:
+    """FAM-09: a majortomo worker silent past ``busy_worker_timeout`` while busy is a
+    ``busy-timeout`` loss; its request goes back to the queue (a re-dispatch)."""
+    s = Scenario()
+    s.broker = FamilyBroker(
+        BrokerConfig(heartbeat_interval=1.0, liveness=3, busy_worker_timeout=5.0)
+    )
+    s.receive(b"m", b"", W02, b"\x01", b"slow")  # majortomo's READY (MAJ-01)
+    s.receive(b"c", C02, b"\x01", b"slow", b"job")
+    s.at(4.0)  # past the liveness span, not the busy timeout
+    assert sample(s.metrics, "domo_worker_losses_total", reason="expired") == 0
+    s.at(5.0)
+    assert sample(s.metrics, "domo_worker_losses_total", reason="busy-timeout") == 1
+    assert sample(s.metrics, "domo_redispatches_total", service="slow") == 1
+
+
 def test_junk_counts_violations_by_rule_and_adds_no_service_label() -> None:
     s = Scenario()
     for n in range(50):

@@ -1,4 +1,4 @@
-"""CURVE encryption and authentication for domo's sockets: keys, the allow-list, the ZAP handler.
+"""Encryption and authentication for domo's endpoints: CURVE for ZeroMQ, TLS for NNG.
 
 ZeroMQ's CURVE mechanism (RFC 26, CurveZMQ) encrypts a connection and proves each side holds
 the secret key behind its public key. The broker is the CURVE *server*: it has a key pair, and
@@ -19,6 +19,10 @@ nothing but a refused handshake. See docs/security.md for when to turn it on.
 - ``ZapHandler``: pyzmq's own ZAP authenticator (``zmq.auth.thread.ThreadAuthenticator``, a
   thread), answering from an ``AllowList``; denials are logged, rate-limited.
 
+- ``NngTls``: what a broker's NNG endpoints (``nng+tls+tcp://``, memo01) need instead, since
+  CURVE is ZeroMQ's: the broker's certificate and key, and the client and worker certificates it
+  admits (NNG's TLS transport, client certificates required); ``reload()`` re-reads them.
+
 Every runtime takes these: ``serve_broker(curve=...)`` (``domo.trio``, ``domo.asyncio``),
 ``Client(curve=...)`` and ``run_worker(curve=...)`` (``domo.trio``, ``domo.asyncio``,
 ``domo.sync``); the ``domo`` command through ``--curve-*`` options and ``domo keygen``.
@@ -26,10 +30,12 @@ Every runtime takes these: ``serve_broker(curve=...)`` (``domo.trio``, ``domo.as
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import stat
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -48,6 +54,7 @@ __all__ = [
     "CurveError",
     "CurveServer",
     "KeyPair",
+    "NngTls",
     "ZapHandler",
     "load_keypair",
     "load_public_key",
@@ -273,3 +280,80 @@ class ZapHandler:
     def stop(self) -> None:
         """Stop the thread and close its socket."""
         self._authenticator.stop()
+
+
+_PEM_CERTIFICATE: Final = b"-----BEGIN CERTIFICATE-----"
+
+
+class NngTls:
+    """TLS for a broker's NNG endpoints (``nng+tls+tcp://``): its certificate and the peers it
+    admits.
+
+    ZeroMQ's CURVE does not reach NNG sockets, so a memo01 endpoint is authenticated by NNG's
+    TLS transport instead, with client certificates required: ``cert_file`` holds the broker's
+    certificate and its private key (PEM, one file), ``allow_file`` the certificates of the
+    clients and workers it admits (PEM, one or more; a self-signed certificate admits its
+    holder, a CA certificate everyone it signed). A peer without a certificate, or with one the
+    file does not vouch for, fails the handshake: nothing it sends reaches the broker.
+
+    ``reload()`` re-reads both files (``domo broker`` does so on SIGHUP) and tells the endpoints
+    (``subscribe``), which re-open their listeners with them; a bad file keeps what is in force.
+    """
+
+    def __init__(
+        self, cert_file: str | os.PathLike[str], allow_file: str | os.PathLike[str]
+    ) -> None:
+        self.cert_file = Path(cert_file)
+        self.allow_file = Path(allow_file)
+        self.allowed, self.certificates = self._read()
+        self._listeners: list[Callable[[], bool]] = []
+
+    def __len__(self) -> int:
+        """How many certificates the allow-list holds."""
+        return self.certificates
+
+    def _read(self) -> tuple[str, int]:
+        try:
+            own = self.cert_file.read_bytes()
+            allowed = self.allow_file.read_bytes()
+        except OSError as error:
+            raise CurveError(f"cannot read {error.filename}: {error.strerror}") from None
+        if _PEM_CERTIFICATE not in own or b"PRIVATE KEY-----" not in own:
+            raise CurveError(
+                f"{self.cert_file}: the broker's certificate and its private key, both PEM, "
+                "are needed in this one file"
+            )
+        count = allowed.count(_PEM_CERTIFICATE)
+        if not count:
+            raise CurveError(f"{self.allow_file}: no PEM certificate in the allow-list")
+        if b"PRIVATE KEY-----" in allowed:
+            raise CurveError(
+                f"{self.allow_file} holds a private key: the allow-list takes the peers' "
+                "certificates only (keep their keys with them)"
+            )
+        return allowed.decode("ascii", "replace"), count
+
+    def subscribe(self, listener: Callable[[], bool]) -> None:
+        """Call ``listener`` after each successful ``reload`` (an endpoint re-opening)."""
+        self._listeners.append(listener)
+
+    def unsubscribe(self, listener: Callable[[], bool]) -> None:
+        with contextlib.suppress(ValueError):
+            self._listeners.remove(listener)
+
+    def reload(self) -> bool:
+        """Re-read both files; on an error keep the current ones, log why and return False."""
+        try:
+            allowed, count = self._read()
+        except CurveError as error:
+            logger.error("NNG TLS files not reloaded, the previous ones stay: %s", error)
+            return False
+        previous = self.allowed, self.certificates
+        self.allowed, self.certificates = allowed, count
+        if not all([listener() for listener in list(self._listeners)]):
+            self.allowed, self.certificates = previous
+            return False
+        logger.info(
+            "NNG TLS allow-list reloaded from %s: %d certificate(s)", self.allow_file, count
+        )
+        return True

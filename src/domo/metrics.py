@@ -16,9 +16,15 @@
 - ``domo_connections_closed_total``: connections the broker lost, by the peer's doing or
   ZeroMQ's (a frame over ``max_message_bytes``, MDP-D-31).
 
-Label values are bounded, so a peer cannot grow the registry without limit: a service becomes a
-label once a worker has registered for it (requests for services nobody serves count under
-``service="(none)"``), rules and reasons are the spec's fixed sets.
+Label values are bounded, so a peer cannot grow the registry without limit, and cannot squat
+them either (issue 27): a service becomes a label only when a worker registers for it (requests
+for services nobody serves count under ``service="(none)"``; under CURVE or NNG TLS only an
+authenticated peer can register), and at most ``MAX_SERVICES`` are labels at once. When all are
+taken, a newly registered service takes the slot of the longest-labelled service with no worker
+left, else of the longest-labelled one that has never completed a request: names registered in
+bulk by a peer nobody calls cannot keep a real service out, and a service that has served keeps
+its label while it has a worker. A service that loses its label has its series removed and its
+gauges counted under ``(none)`` from then on. Rules and reasons are the spec's fixed sets.
 
 ``serve_metrics(address, metrics)`` starts prometheus_client's HTTP server on a thread (what
 ``domo broker --metrics HOST:PORT`` does); ``read_status(url)`` reads such an endpoint back
@@ -27,6 +33,7 @@ into a ``Status`` for ``domo status``.
 
 from __future__ import annotations
 
+import contextlib
 import urllib.request
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -60,7 +67,7 @@ LATENCY_BUCKETS: Final = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 
 WORKER_CARRIES_ON: Final = frozenset(
     {"client-unreachable", "client-congested", "pending-full", "partial-too-large"}
 )
-MAX_SERVICES: Final = 1000  # distinct service labels; later services count under NO_SERVICE
+MAX_SERVICES: Final = 1000  # service labels at once; the others count under NO_SERVICE
 
 
 def _text(name: bytes) -> str:
@@ -132,55 +139,112 @@ class BrokerMetrics:
         limits.labels("peer").set(config.max_peer_bytes)  # MDP-D-27, each way
         limits.labels("pending").set(config.max_pending_bytes)  # MDP-D-30, all peers
         self._sizes: dict[int, int] = {}  # outstanding request id -> its body's bytes
-        self._services: set[bytes] = set()  # the services that may be a label
+        # The services that are labels now, oldest first (value: whether one of its requests
+        # has completed since), and every registered service's worker count: who may keep or
+        # take a label slot (see the module's docstring).
+        self._services: dict[bytes, bool] = {}
+        self._registered: dict[bytes, int] = {}
+        self._series: dict[bytes, set[tuple[Any, tuple[str, ...]]]] = {}  # label -> its series
+        # The gauges' values per service (not per label), so that a service that loses its
+        # label moves exactly its own share to NO_SERVICE.
+        self._gauged: dict[tuple[bytes, str], int] = {}
         # Busy worker -> the request it holds (id, service), as the events tell it. A FINAL is
         # reported completed once it was sent (MDP-D-24), which can be after the worker's next
         # dispatch: a completion frees the worker only if that request is still the one it holds.
         self._holding: dict[bytes, tuple[int, bytes]] = {}
-        self._waiting: dict[int, str] = {}  # queued request id -> service label
+        self._waiting: dict[int, bytes] = {}  # queued request id -> its service
 
     def _service(self, name: bytes) -> str:
         return _text(name) if name in self._services else NO_SERVICE
 
+    def _of(self, metric: Any, name: bytes, *rest: str) -> Any:
+        """``metric``'s series for service ``name`` (its label, or NO_SERVICE), remembered so
+        that it can be removed with the label."""
+        if name in self._services:
+            self._series.setdefault(name, set()).add((metric, rest))
+            return metric.labels(_text(name), *rest)
+        return metric.labels(NO_SERVICE, *rest)
+
+    def _gauge(self, metric: Any, name: bytes, state: str, delta: int) -> None:
+        """Move one of the per-service gauges (``workers`` by state, ``queued``: state "")."""
+        key = (name, state)
+        value = self._gauged.get(key, 0) + delta
+        if value:
+            self._gauged[key] = value
+        else:
+            self._gauged.pop(key, None)
+        series = self._of(metric, name, state) if state else self._of(metric, name)
+        series.inc(delta)
+
+    def _label(self, name: bytes) -> None:
+        """A worker registered for ``name``: make it a label if a slot is free or can be freed."""
+        if name in self._services:
+            return
+        if len(self._services) >= MAX_SERVICES:
+            unserved = (s for s, served in self._services.items() if not served)
+            unworked = (s for s in self._services if not self._registered.get(s))
+            evicted = next(unworked, None) or next(unserved, None)
+            if evicted is None:
+                return  # every label has a worker that has served: this one counts as (none)
+            self._unlabel(evicted)
+        moved = [(state, n) for (s, state), n in self._gauged.items() if s == name]
+        for state, count in moved:  # from NO_SERVICE to its own label
+            self._gauge(self._gauge_metric(state), name, state, -count)
+        self._services[name] = False
+        for state, count in moved:
+            self._gauge(self._gauge_metric(state), name, state, count)
+
+    def _unlabel(self, name: bytes) -> None:
+        """``name`` is a label no more: its series go, its gauges count under NO_SERVICE."""
+        moved = [(state, n) for (s, state), n in self._gauged.items() if s == name]
+        for state, count in moved:
+            self._gauge(self._gauge_metric(state), name, state, -count)
+        for metric, rest in self._series.pop(name, ()):
+            with contextlib.suppress(KeyError):
+                metric.remove(_text(name), *rest)
+        del self._services[name]
+        for state, count in moved:
+            self._gauge(self._gauge_metric(state), name, state, count)
+
+    def _gauge_metric(self, state: str) -> Any:
+        return self.workers if state else self.queued
+
     def on_event(self, event: BrokerEvent) -> None:
         """Count one event of the core (call it for every event, in order)."""
         if isinstance(event, RequestQueued):
-            service = self._service(event.service)
-            self.received.labels(service).inc()
-            self._waiting[event.request_id] = service
-            self.queued.labels(service).inc()
+            self._of(self.received, event.service).inc()
+            self._waiting[event.request_id] = event.service
+            self._gauge(self.queued, event.service, "", 1)
             self._sizes[event.request_id] = event.size
             self.held.inc(event.size)
         elif isinstance(event, RequestDispatched):
-            service = self._service(event.service)
             self._leave_queue(event.request_id)
-            self.queue_wait.labels(service).observe(event.waited)
+            self._of(self.queue_wait, event.service).observe(event.waited)
             if self._holding.get(event.worker) is None:
-                self.workers.labels(service, "idle").dec()
-                self.workers.labels(service, "busy").inc()
+                self._gauge(self.workers, event.service, "idle", -1)
+                self._gauge(self.workers, event.service, "busy", 1)
             self._holding[event.worker] = (event.request_id, event.service)
         elif isinstance(event, RequestCompleted):
-            service = self._service(event.service)
-            self.outcomes.labels(service, "completed").inc()
-            self.latency.labels(service).observe(event.elapsed)
+            if event.service in self._services:
+                self._services[event.service] = True  # it has served: it keeps its label
+            self._of(self.outcomes, event.service, "completed").inc()
+            self._of(self.latency, event.service).observe(event.elapsed)
             self._release(event.worker, event.request_id)
             self._unhold(event.request_id)
         elif isinstance(event, PartialForwarded):
-            self.partials.labels(self._service(event.service)).inc()
+            self._of(self.partials, event.service).inc()
         elif isinstance(event, RequestRedispatched):
-            service = self._service(event.service)
-            self.redispatches.labels(service).inc()
-            self._waiting[event.request_id] = service
-            self.queued.labels(service).inc()
+            self._of(self.redispatches, event.service).inc()
+            self._waiting[event.request_id] = event.service
+            self._gauge(self.queued, event.service, "", 1)
         elif isinstance(event, RequestExpired):
             self._leave_queue(event.request_id)
-            self.outcomes.labels(self._service(event.service), "expired").inc()
+            self._of(self.outcomes, event.service, "expired").inc()
             self._unhold(event.request_id)
         elif isinstance(event, RequestDropped):
-            service = self._service(event.service)
             self._leave_queue(event.request_id)
-            self.outcomes.labels(service, "dropped").inc()
-            self.dropped.labels(service, event.reason).inc()
+            self._of(self.outcomes, event.service, "dropped").inc()
+            self._of(self.dropped, event.service, event.reason).inc()
             self._unhold(event.request_id)
             if event.worker is not None and event.reason not in WORKER_CARRIES_ON:
                 self._release(event.worker, event.request_id)
@@ -188,14 +252,22 @@ class BrokerMetrics:
             if event.peer is not None and event.reason.startswith("FINAL"):
                 self._release(event.peer, None)  # the FINAL of a request whose client left
         elif isinstance(event, WorkerRegistered):
-            if len(self._services) < MAX_SERVICES:
-                self._services.add(event.service)
-            self.workers.labels(self._service(event.service), "idle").inc()
+            self._registered[event.service] = self._registered.get(event.service, 0) + 1
+            self._label(event.service)
+            self._gauge(self.workers, event.service, "idle", 1)
         elif isinstance(event, WorkerExpired | WorkerDisconnected):
-            reason = "expired" if isinstance(event, WorkerExpired) else event.reason
+            if isinstance(event, WorkerExpired):  # FAM-09: a busy worker's own timeout
+                reason = "busy-timeout" if event.busy else "expired"
+            else:
+                reason = event.reason
             self.worker_losses.labels(reason).inc()
             state = "busy" if self._holding.pop(event.worker, None) is not None else "idle"
-            self.workers.labels(self._service(event.service), state).dec()
+            self._gauge(self.workers, event.service, state, -1)
+            left = self._registered.get(event.service, 0) - 1
+            if left > 0:
+                self._registered[event.service] = left
+            else:
+                self._registered.pop(event.service, None)
         elif isinstance(event, ProtocolViolation):
             self.violations.labels(event.rule).inc()
         elif isinstance(event, RequestRefused):
@@ -211,7 +283,7 @@ class BrokerMetrics:
     def _leave_queue(self, request_id: int) -> None:
         service = self._waiting.pop(request_id, None)
         if service is not None:
-            self.queued.labels(service).dec()
+            self._gauge(self.queued, service, "", -1)
 
     def _release(self, worker: bytes, request_id: int | None) -> None:
         """``worker`` is done with ``request_id`` (None: whatever it held): idle again."""
@@ -219,9 +291,8 @@ class BrokerMetrics:
         if held is None or (request_id is not None and held[0] != request_id):
             return
         del self._holding[worker]
-        label = self._service(held[1])
-        self.workers.labels(label, "busy").dec()
-        self.workers.labels(label, "idle").inc()
+        self._gauge(self.workers, held[1], "busy", -1)
+        self._gauge(self.workers, held[1], "idle", 1)
 
 
 def serve_metrics(address: str, metrics: BrokerMetrics) -> tuple[str, int]:
@@ -260,6 +331,7 @@ class Status:
     held_bytes: int = 0  # request bodies held (MDP-D-26)
     limits: dict[str, int] = field(default_factory=dict)  # the byte bounds, by name
     refused: dict[str, int] = field(default_factory=dict)  # requests refused, by rule
+    pair: dict[str, str] = field(default_factory=dict)  # Binary Star: role, state, serving
 
     def service(self, name: str) -> ServiceStatus:
         return self.services.setdefault(name, ServiceStatus(name))
@@ -298,6 +370,10 @@ def read_status(url: str, timeout: float = 5.0) -> Status:
                 status.held_bytes = value
             elif sample.name == "domo_bytes_limit":
                 status.limits[labels["bound"]] = value
+            elif sample.name == "domo_pair_state" and value == 1:  # domo.cli._pair
+                status.pair.update(role=labels["role"], state=labels["state"])
+            elif sample.name == "domo_pair_serving":
+                status.pair["serving"] = "serving" if value else "not serving"
             elif sample.name == "domo_requests_refused_total":
                 rule = labels["rule"]
                 status.refused[rule] = status.refused.get(rule, 0) + value

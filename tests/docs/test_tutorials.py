@@ -63,6 +63,16 @@ RUN_BY = {
     "majortomo.sh": "test_majortomo_peers_and_domo_peers_share_a_broker",
     "majortomo_worker.py": "test_majortomo_peers_and_domo_peers_share_a_broker",
     "majortomo_client.py": "test_majortomo_peers_and_domo_peers_share_a_broker",
+    # durable-requests.md: run by tests/titanic/test_tutorial_durable.py
+    "durable_start.sh": "test_requests_survive_a_crash_tutorial",
+    "durable_submit.sh": "test_requests_survive_a_crash_tutorial",
+    "durable_submit.out": "test_requests_survive_a_crash_tutorial",
+    "durable_restart.out": "test_requests_survive_a_crash_tutorial",
+    "durable_worker.sh": "test_requests_survive_a_crash_tutorial",
+    "durable_fetch.sh": "test_requests_survive_a_crash_tutorial",
+    "durable_fetch.out": "test_requests_survive_a_crash_tutorial",
+    "durable_client.py": "test_requests_survive_a_crash_tutorial",
+    "durable_client.out": "test_requests_survive_a_crash_tutorial",
 }
 
 FENCE = re.compile(r"^( *)```(\w*)[^\n]*\n(.*?)^\1```", re.MULTILINE | re.DOTALL)

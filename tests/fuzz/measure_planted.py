@@ -125,9 +125,10 @@ def one(
             argv = [sys.executable, str(HERE / "planted_emqp_broker.py"), flaw if flaw != "domo"
                     else "none", str(INTERVAL), str(LIVENESS)]  # fmt: skip
             proc, endpoint = _start(argv)
-            from domo.protocol import BrokerConfig, emqp_bridge
+            from domo.protocol import BrokerConfig
+            from domo.protocol.layers.emqp import credit_cap
 
-            credits = emqp_bridge.credit_cap(BrokerConfig().pipe_messages)
+            credits = credit_cap(BrokerConfig().pipe_messages)
             emqp = fuzz_emqp(endpoint, scenarios=1_000_000, seed=seed, time_budget=budget,
                              heartbeat_interval=INTERVAL, liveness=LIVENESS, credits=credits,
                              lanes=lanes, stop_after=rules)  # fmt: skip

@@ -25,12 +25,13 @@ import pytest
 
 from domo.cli import EXIT_FINDINGS, EXIT_OK, EXIT_USAGE
 from domo.fuzz.emqp import EmqpFuzzResult, fuzz_emqp
-from domo.protocol import BrokerConfig, emqp_bridge
+from domo.protocol import BrokerConfig
+from domo.protocol.layers.emqp import credit_cap
 
 pytestmark = [pytest.mark.io]
 
 INTERVAL, LIVENESS = 0.1, 3
-CREDITS = emqp_bridge.credit_cap(BrokerConfig().pipe_messages)
+CREDITS = credit_cap(BrokerConfig().pipe_messages)
 DOMO = [sys.executable, "-m", "domo"]
 PLANTED = Path(__file__).with_name("planted_emqp_broker.py")
 

@@ -29,6 +29,9 @@ pytestmark = [
 ROOT = Path(__file__).resolve().parents[2]
 VENV = ROOT / ".bench-venvs" / "majortomo"
 PEERS = ROOT / "conformance" / "majortomo_peers.py"
+SLOW_WORKER = Path(__file__).resolve().with_name("majortomo_slow_worker.py")
+# FAM-09's test: a job many liveness spans long (20 s at the default beats in the long form).
+SLOW_JOB = float(os.environ.get("DOMO_MAJORTOMO_JOB_SECONDS", "3"))
 # majortomo's own heartbeat settings, matched to the broker's QUICK_BEATS (0.2 s, liveness 3).
 MAJORTOMO_BEATS = ["--heartbeat-interval", "0.2", "--liveness", "3"]
 
@@ -57,11 +60,11 @@ async def majortomo_peer(majortomo_python: Path, tmp_path: Path) -> AsyncIterato
     """Start ``majortomo_peers.py ROLE ...`` in majortomo's virtualenv; killed at teardown."""
     started: list[trio.Process] = []
 
-    async def start(*args: str) -> trio.Process:
+    async def start(*args: str, script: Path = PEERS) -> trio.Process:
         err = tmp_path / f"majortomo-{len(started)}.err"
         with err.open("wb") as stderr:
             process = await trio.lowlevel.open_process(
-                [str(majortomo_python), str(PEERS), *args],
+                [str(majortomo_python), str(script), *args],
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=stderr,
@@ -151,3 +154,32 @@ async def test_majortomo_client_and_worker_through_domo_broker(
         assert await client.wait() == 0, stderr_of(client) + stderr_of(worker)
         assert "ok: 50" in stderr_of(client)
         assert "disconnected by the broker" not in stderr_of(worker)
+
+
+async def test_maj_08_a_majortomo_job_longer_than_liveness_runs_once(
+    domo: StartDomo, majortomo_peer: SpawnPeer
+) -> None:
+    """MAJ-08, FAM-09: majortomo's Worker is silent while its job runs; with two of them and
+    a job five liveness spans long (``DOMO_MAJORTOMO_JOB_SECONDS``, 3 s by default; 20 s at
+    the default beats for the long form), the request runs once and its reply comes back.
+    Before FAM-09 the broker took the busy worker for dead and ran the job on the other."""
+    beats = QUICK_BEATS if SLOW_JOB < 10 else []
+    worker_beats = MAJORTOMO_BEATS if SLOW_JOB < 10 else []
+    with trio.fail_after(SLOW_JOB * 2 + 40):
+        broker = await domo("broker", "--bind", "tcp://127.0.0.1:0", *beats, "--log-level", "debug")
+        endpoint = await broker.endpoint()
+        workers = [
+            await majortomo_peer(
+                endpoint, "--work", str(SLOW_JOB), *worker_beats, script=SLOW_WORKER
+            )
+            for _ in range(2)
+        ]
+        for _ in workers:  # both registered: either may be handed the job
+            assert "serves 'slow'" in await broker.line("WorkerRegistered:", "stderr")
+        done = await run_domo(
+            "call", "slow", "once", "--connect", endpoint,
+            "--timeout", str(SLOW_JOB + 20), "--retries", "0", time_limit=SLOW_JOB + 30,
+        )  # fmt: skip
+        assert (done.code, done.stdout) == (0, "once\n"), done.stderr
+        runs = [line for w in workers for line in stderr_of(w).splitlines() if line == "job once"]
+        assert runs == ["job once"], [stderr_of(w) for w in workers]

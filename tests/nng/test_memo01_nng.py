@@ -9,7 +9,7 @@ expiry behave on NNG as on ZeroMQ (MEMO-15, MEMO-19).
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from contextlib import ExitStack, asynccontextmanager
 from pathlib import Path
 
 import pytest
@@ -194,3 +194,53 @@ async def test_memo_11_domo_trio_memo01_worker_and_client_on_the_same_core(
                 with pytest.raises(Memo01Error, match="no RESULT"):
                     await memo.call("nobody", b"", timeout=0.3)
             peers.cancel_scope.cancel()
+
+
+async def test_memo_23_a_busy_worker_whose_pipe_closes_loses_its_job_at_once(
+    tmp_path: Path,
+) -> None:
+    """MEMO-23: a memo01 worker that dies holding a JOB (its socket closes, as a SIGKILLed
+    one's does) has its job re-dispatched to the other worker at once, not after the 60 s job
+    timeout: the MDP/0.2 client's 5 s request is answered."""
+    events: list[BrokerEvent] = []
+    doomed_log, other_log = WorkerLog(), WorkerLog()
+    took = trio.Event()
+
+    async def hang(service: str, payload: bytes) -> bytes:
+        took.set()
+        await trio.sleep_forever()
+        raise AssertionError("unreachable")
+
+    with trio.fail_after(LIMIT), ExitStack() as stack:
+        async with (
+            broker(tmp_path, events) as (tcp, url),
+            trio.open_nursery() as peers,
+        ):
+            doomed = stack.enter_context(pynng.Req0(dial=url))  # closed at the end either way
+            scope = trio.CancelScope()
+
+            async def doomed_worker() -> None:
+                with scope:
+                    await memo_worker(doomed, ["svc"], hang, doomed_log)
+
+            peers.start_soon(doomed_worker)
+            await wait_for(events, WorkerRegistered, 1)
+            with pynng.Req0(dial=url) as other:
+                peers.start_soon(memo_worker, other, ["svc"], reverse, other_log)
+                await wait_for(events, WorkerRegistered, 2)
+                async with Client(tcp, timeout=5, retries=0) as client:
+                    async with trio.open_nursery() as asking:
+                        reply: list[list[bytes]] = []
+
+                        async def ask() -> None:
+                            reply.append(await client.request("svc", b"abc"))
+
+                        asking.start_soon(ask)
+                        await took.wait()
+                        started = trio.current_time()
+                        scope.cancel()
+                        doomed.close()  # its pipe closes under the broker
+                    assert reply == [[b"cba"]]
+                    assert trio.current_time() - started < 3 * BROKER.expiry_span + 1
+                assert other_log.jobs == 1
+                peers.cancel_scope.cancel()

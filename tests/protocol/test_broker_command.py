@@ -2,9 +2,10 @@
 
 Two brokers are fed the same conversation, one as MDP/0.2 frames (``receive``) and one as the
 ``CoreCommand`` each message means (``command``); they must agree on every event and every
-message sent, step by step, including the refusals (MDP-D-01, MDP-D-02, MDP-C-01, MDP-W-03,
-MDP-W-04, MDP-W-15, MDP-D-16, MDP-D-13). A violation's reason is prose that names frames on one
-side, so violations are compared by rule, peer and action.
+message sent, step by step, including the refusals (MDP-D-01, MDP-D-02, MDP-C-01, MDP-W-15,
+MDP-D-16, MDP-D-13). A violation's reason is prose that names frames on one side, so violations
+are compared by rule, peer and action. Bodies have a frame at least there, since MDP/0.2's do;
+a neutral body may be empty (FAM-10), tested on its own below.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from domo.protocol import Broker, BrokerConfig
+from domo.protocol.broker import PeerTraits
 from domo.protocol.dialects import CORE_CODES, MDPC02, MDPW02, Command, CoreCommand, Role
 from domo.protocol.events import BrokerEvent, ProtocolViolation
 from domo.protocol.mdp import BodyFrame
@@ -24,7 +26,7 @@ from .mdp_strategies import plain
 CONFIG = BrokerConfig(heartbeat_interval=1.0, liveness=3, request_expiry=5.0)
 WORKERS, CLIENTS = [b"W1", b"W2"], [b"C1", b"C2"]
 SERVICES = [b"echo", b"other", b"mmi.service", b"mmi.nope", b"", b"bad\n"]
-BODIES = st.lists(st.sampled_from([b"x", b"", b"yz"]), min_size=0, max_size=2).map(tuple)
+BODIES = st.lists(st.sampled_from([b"x", b"", b"yz"]), min_size=1, max_size=2).map(tuple)
 
 
 def frames_of(message: CoreCommand) -> list[BodyFrame]:
@@ -97,8 +99,8 @@ def test_commands_and_frames_drive_the_core_alike(
 
 
 def test_a_client_cannot_register_heartbeat_or_leave() -> None:
-    """MDP-C-01: no such client command; MDP-D-16: PARTIAL/FINAL are the broker's to a client
-    (a PARTIAL without a body is wrong in its layout first, MDP-C-02)."""
+    """MDP-C-01: no such client command; MDP-D-16: PARTIAL/FINAL are the broker's to a client,
+    with a body or without (FAM-10: a body's layout is its codec's to check)."""
     broker = Broker(CONFIG)
     rules = []
     for command in Command:
@@ -112,8 +114,33 @@ def test_a_client_cannot_register_heartbeat_or_leave() -> None:
     assert rules == ["MDP-C-01", "MDP-D-16", "MDP-D-16", "MDP-C-01", "MDP-C-01"]
     [event] = broker.command(b"C", CoreCommand(Role.CLIENT, Command.PARTIAL, b"echo"), 0.0)
     assert isinstance(event, ProtocolViolation)
-    assert event.rule == "MDP-C-02"
+    assert event.rule == "MDP-D-16"
     assert broker.take_outgoing() == []
+
+
+def test_fam_10_an_empty_body_is_carried_and_padded_only_for_mdp02() -> None:
+    """FAM-10: a neutral request with no body frame is accepted and held; a worker given
+    neutral traits gets it with no body, an MDP/0.2 worker as one empty frame (RFC 18's body
+    has a frame at least); a reply with no body goes back alike, each way."""
+    broker = Broker(CONFIG)
+    broker.set_traits(b"N", PeerTraits(neutral=True))
+    broker.command(b"N", CoreCommand(Role.WORKER, Command.REGISTER, service=b"neutral"), 0.0)
+    broker.command(b"W", CoreCommand(Role.WORKER, Command.REGISTER, service=b"mdp02"), 0.0)
+    broker.set_traits(b"D", PeerTraits(neutral=True))
+    broker.command(b"D", CoreCommand(Role.CLIENT, Command.REQUEST, b"neutral"), 0.1)
+    broker.command(b"C", CoreCommand(Role.CLIENT, Command.REQUEST, b"mdp02"), 0.1)
+    assert [r.size for r in broker.requests()] == [0, 0]
+    assert broker.take_outbox() == [
+        (b"N", CoreCommand(Role.WORKER, Command.REQUEST, b"neutral", b"D", ())),
+        (b"W", (MDPW02, b"\x02", b"C", b"", b"")),
+    ]
+    broker.command(b"N", CoreCommand(Role.WORKER, Command.FINAL, address=b"D"), 0.2)
+    broker.command(b"W", CoreCommand(Role.WORKER, Command.FINAL, address=b"C", body=()), 0.2)
+    assert broker.take_outbox() == [
+        (b"D", CoreCommand(Role.CLIENT, Command.FINAL, b"neutral", b"", ())),
+        (b"C", (MDPC02, b"\x03", b"mdp02", b"")),
+    ]
+    assert len(broker.flushed()) == 2
 
 
 def test_a_neutral_request_is_served_by_a_worker_registered_neutrally() -> None:

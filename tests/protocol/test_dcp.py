@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from domo.protocol.broker import BrokerConfig
-from domo.protocol.dialects import MDPW02
+from domo.protocol.commands import HEARTBEAT
 from domo.protocol.events import (
     ProtocolViolation,
     RequestCompleted,
@@ -226,9 +226,7 @@ def test_the_codec_itself_never_encodes_a_heartbeat_as_a_ping() -> None:
         [key] = broker.workers()
         route = broker.route(key)
         assert route is not None
-        assert route.codec.encode_route is not None
-        heartbeat = (MDPW02, b"\x05")  # MDP/0.2's HEARTBEAT to a worker, as the core frames it
-        assert route.codec.encode_route(route, heartbeat, broker.route) is None
+        assert route.codec.encode(route, HEARTBEAT, broker.route) is None
 
 
 def test_a_ping_never_frees_a_busy_worker() -> None:
@@ -346,12 +344,28 @@ def test_mdp02_client_and_dcp_worker() -> None:
     assert request[5:] == (b"", b"", b"b1", b"b2")
     broker.receive(W, [b"", H, T1["rep"], M, b"", b"", b"r"], 0.1)
     assert out(broker) == [(M, (b"MDPC02", b"\x03", b"dcp", b"r"))]
-    # No data parts become one empty body frame (DCP-21).
+    # One empty body frame is one empty data part; no data parts go back to an MDP/0.2
+    # client as one empty frame, the nearest it can say (DCP-21, FAM-10).
     broker.receive(M, [b"MDPC02", b"\x01", b"dcp", b""], 0.2)
     [(_, request)] = out(broker)
-    assert request[5:] == (b"", b"")
+    assert request[5:] == (b"", b"", b"")
     broker.receive(W, [b"", H, T1["rep"], M, b"", b""], 0.3)
     assert out(broker) == [(M, (b"MDPC02", b"\x03", b"dcp", b""))]
+
+
+def test_dcp_21_data_parts_cross_dcp_to_dcp_exactly() -> None:
+    """DCP-21, FAM-10: a DCP client's request with no data part, one empty part, or an empty
+    part among others reaches a DCP worker as sent, and its reply's parts come back as sent
+    (one empty part arrived as none before)."""
+    broker = new_broker()
+    register(broker, W, b"dcp", T1)
+    for at, data in enumerate(((), (b"",), (b"", b"x", b""))):
+        broker.receive(C, [b"", H, T1["req"], b"dcp", b"", b"m%d" % at, b"", *data], at)
+        [(_, request)] = out(broker)
+        token = request[4]
+        assert request[5:] == (b"", b"m%d" % at, b"", *data)
+        broker.receive(W, [b"", H, T1["rep"], token, b"", b"", *data], at + 0.5)
+        assert out(broker) == [(C, (b"", H, T1["rep"], C, b"", b"m%d" % at, b"", *data))]
 
 
 def test_mmi_service_for_a_dcp_client() -> None:

@@ -13,17 +13,41 @@ import pytest
 from domo.protocol.dialects import (
     CODECS,
     DETECTION_ORDER,
-    MDPC02,
     Capabilities,
+    Command,
+    CoreCommand,
     Dialect,
     DialectCodec,
     Role,
     codec_for,
     detect,
-    encode_with,
+    withheld,
 )
+from domo.protocol.mdp import Relayed
 
-C_PARTIAL, C_FINAL = b"\x02", b"\x03"
+PARTIAL = CoreCommand(Role.CLIENT, Command.PARTIAL, b"svc", b"", (b"half",))
+FINAL = CoreCommand(Role.CLIENT, Command.FINAL, b"svc", b"", (b"all",))
+
+
+class Route:
+    """A client's route with only an envelope, as ``FamilyBroker.route`` gives one."""
+
+    routing_id = b"C"
+    dialect = Dialect.MDP01
+    request_key = None
+    context: tuple[bytes, ...] = ()
+    service = None
+
+    def __init__(self, envelope: Relayed) -> None:
+        self.envelope = envelope
+
+
+def sent(codec: DialectCodec, envelope: Relayed, command: CoreCommand) -> Relayed | None:
+    """What the broker sends a peer of ``codec``'s dialect for ``command`` (FamilyBroker's
+    translation: the registry's withholding, then the codec)."""
+    if withheld(codec, command):
+        return None
+    return codec.encode(Route(envelope), command, lambda key: None)
 
 
 def test_every_dialect_has_one_codec_and_is_detectable() -> None:
@@ -62,9 +86,8 @@ def test_partials_follow_the_capability(dialect: Dialect, partials: bool) -> Non
     """A PARTIAL is withheld exactly from the clients whose dialect says it has none."""
     codec = codec_for(dialect)
     assert codec.capabilities.partial_replies is partials
-    partial = (MDPC02, C_PARTIAL, b"svc", b"half")
-    assert (encode_with(codec, (), partial) is not None) is partials
-    assert encode_with(codec, (), (MDPC02, C_FINAL, b"svc", b"all")) is not None
+    assert (sent(codec, (), PARTIAL) is not None) is partials
+    assert sent(codec, (), FINAL) is not None
 
 
 def test_a_changed_capability_changes_what_the_broker_does() -> None:
@@ -74,9 +97,8 @@ def test_a_changed_capability_changes_what_the_broker_does() -> None:
     permissive = dataclasses.replace(
         mdp01, capabilities=dataclasses.replace(mdp01.capabilities, partial_replies=True)
     )
-    partial = (MDPC02, C_PARTIAL, b"svc", b"half")
-    assert encode_with(mdp01, (b"hop",), partial) is None
-    assert encode_with(permissive, (b"hop",), partial) == (b"hop", b"", b"MDPC01", b"svc", b"half")
+    assert sent(mdp01, (b"hop",), PARTIAL) is None
+    assert sent(permissive, (b"hop",), PARTIAL) == (b"hop", b"", b"MDPC01", b"svc", b"half")
 
 
 @pytest.mark.parametrize(

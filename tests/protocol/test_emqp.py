@@ -17,7 +17,6 @@ from hypothesis import strategies as st
 from domo.protocol import BrokerConfig
 from domo.protocol.dialects import Dialect, Role, detect
 from domo.protocol.dialects.emqp import EMQP, BadInput, parse_queues
-from domo.protocol.emqp_bridge import MAX_CREDITS, credit_cap
 from domo.protocol.events import (
     BrokerEvent,
     MessageDropped,
@@ -30,6 +29,7 @@ from domo.protocol.events import (
     WorkerExpired,
 )
 from domo.protocol.family import FamilyBroker
+from domo.protocol.layers.emqp import MAX_CREDITS, credit_cap
 from domo.protocol.mdp import BodyFrame, Relayed
 
 T = TypeVar("T")

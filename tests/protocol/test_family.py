@@ -19,6 +19,7 @@ from domo.protocol.events import (
     RequestCompleted,
     RequestDispatched,
     RequestDropped,
+    RequestQueued,
     WorkerDisconnected,
     WorkerRegistered,
 )
@@ -107,7 +108,7 @@ def test_mdp01_req_client_served_by_mdp02_worker_with_partials_withheld() -> Non
     [(to, request)] = out(broker)
     client = worker_address(request, 0)
     assert (to, request) == (b"W", (W02, b"\x02", client, b"", b"one", b"two"))
-    assert client == peer_key(b"C", (), Dialect.MDP01)
+    assert client == peer_key(b"C", (), Dialect.MDP01, request_key=b"#1")  # FAM-08
     events = broker.receive(b"W", [W02, b"\x03", client, b"", b"half"], 0.2)
     assert [type(e) for e in events] == [PartialForwarded]
     assert out(broker) == []  # MDP01-05: a REQ socket takes one reply
@@ -172,13 +173,34 @@ def test_mdp01_client_mmi() -> None:
     assert broker.keys() == 0
 
 
-def test_mdp01_req_client_has_one_request_outstanding() -> None:
-    """MDP01-09: the core's MDP-S-02 holds for a REQ client: a second request is refused."""
+def test_mdp01_dealer_client_has_several_requests_outstanding() -> None:
+    """MDP01-09, FAM-08: an RFC 7 client on a DEALER may send several requests before it
+    reads; the broker numbers them, each is queued, dispatched and answered on its own, and the
+    replies go back in the order they come, with nothing of the client kept afterwards."""
     broker = FamilyBroker(CONFIG)
-    broker.receive(b"C", [b"", C01, b"nobody", b"1"], 0.0)
-    events = broker.receive(b"C", [b"", C01, b"nobody", b"2"], 0.1)
-    assert [e.rule for e in events if isinstance(e, ProtocolViolation)] == ["MDP-S-02"]
-    assert broker.core.queued(b"nobody") == 1
+    for body in (b"1", b"2", b"3"):
+        events = broker.receive(b"C", [b"", C01, b"echo", body], 0.0)
+        assert [type(e) for e in events] == [RequestQueued]
+    assert broker.core.queued(b"echo") == 3
+    broker.receive(b"W1", [W02, b"\x01", b"echo"], 0.1)
+    broker.receive(b"W2", [W02, b"\x01", b"echo"], 0.1)
+    sent = out(broker)
+    assert [(to, frames[4]) for to, frames in sent] == [(b"W1", b"1"), (b"W2", b"2")]
+    first, second = (worker_address(frames, 0) for _, frames in sent)
+    assert first == peer_key(b"C", (), Dialect.MDP01, request_key=b"#1")
+    assert second == peer_key(b"C", (), Dialect.MDP01, request_key=b"#2")
+    broker.receive(b"W2", [W02, b"\x04", second, b"", b"two"], 0.2)  # the second first
+    assert out(broker) == [
+        (b"C", (b"", C01, b"echo", b"two")),
+        (b"W2", (W02, b"\x02", peer_key(b"C", (), Dialect.MDP01, request_key=b"#3"), b"", b"3")),
+    ]
+    broker.receive(b"W1", [W02, b"\x04", first, b"", b"one"], 0.3)
+    assert out(broker) == [(b"C", (b"", C01, b"echo", b"one"))]
+    third = peer_key(b"C", (), Dialect.MDP01, request_key=b"#3")
+    broker.receive(b"W2", [W02, b"\x04", third, b"", b"three"], 0.4)
+    assert out(broker) == [(b"C", (b"", C01, b"echo", b"three"))]
+    assert broker.keys() == 0  # REQREP-06: every key forgotten once its reply went out
+    assert broker.core.requests() == []
 
 
 # --- majortomo ------------------------------------------------------------------------------

@@ -31,10 +31,22 @@ from domo.protocol.dialects import (
     MDPW02,
     REGISTRY,
     Capabilities,
+    CoreCommand,
     Dialect,
     DialectCodec,
+    Invalid,
+    Lookup,
     Registry,
     Role,
+    RouteView,
+)
+from domo.protocol.dialects.mdp02 import (
+    CLIENT_COMMANDS,
+    WORKER_COMMANDS,
+    command_of,
+    decode_client,
+    decode_worker,
+    to_frames,
 )
 from domo.protocol.events import (
     MmiReplied,
@@ -100,13 +112,16 @@ def codec(variant: Quiet) -> DialectCodec:
             return Role.WORKER
         return Role.CLIENT if header == client_header else None
 
-    def decode(message: Sequence[BodyFrame]) -> list[BodyFrame]:
-        core_header = MDPW02 if message[0] == worker_header else MDPC02
-        return [core_header, *message[1:]]
+    def decode(message: Sequence[BodyFrame]) -> CoreCommand | Invalid:
+        # RFC 18's layout and codes behind its own headers (the MDP kin's shared reading).
+        code = message[1] if len(message) > 1 else b""
+        if message[0] == worker_header:
+            return decode_worker(message, command_of(WORKER_COMMANDS, code))
+        return decode_client(message, command_of(CLIENT_COMMANDS, code), 2)
 
-    def encode(envelope: Relayed, frames: Relayed, request_key: bytes | None) -> Relayed:
-        header = worker_header if frames[0] == MDPW02 else client_header
-        return (b"", header, *frames[1:])
+    def encode(route: RouteView, command: CoreCommand, lookup: Lookup) -> Relayed:
+        header = worker_header if command.role is Role.WORKER else client_header
+        return (b"", header, *to_frames(command)[1:])
 
     capabilities = dataclasses.replace(FULL, **OFF[variant])
     return DialectCodec(variant, capabilities, claims, decode, encode)
@@ -255,14 +270,18 @@ def test_mmi_only_for_a_dialect_that_has_it() -> None:
 
 
 def test_traits_follow_the_capabilities_and_the_shipped_dialects_keep_mdp02_rules() -> None:
-    """FAM-01..04 read from Capabilities; MDP/0.1 and majortomo workers and clients keep
-    MDP/0.2's heartbeats, DISCONNECT and MMI (specs/mdp-0.1.md, specs/majortomo.md)."""
+    """FAM-01..04, FAM-09 read from Capabilities; MDP/0.1 and majortomo workers and clients
+    keep MDP/0.2's heartbeats, DISCONNECT and MMI, but are silent while busy (MDP01-12,
+    MAJ-08; specs/mdp-0.1.md, specs/majortomo.md)."""
     assert traits_of(codec(Quiet.NO_HEARTBEATS).capabilities) == PeerTraits(
-        heartbeats_expected=False, heartbeats_sent=False
+        heartbeats_expected=False, heartbeats_sent=False, neutral=True
     )
-    assert traits_of(codec(Quiet.NO_MMI).capabilities) == PeerTraits(mmi=False)
-    for shipped in (Dialect.MDP02, Dialect.MDP01, Dialect.MAJORTOMO):
-        assert traits_of(REGISTRY.by_dialect[shipped].capabilities) == PeerTraits(), shipped
+    assert traits_of(codec(Quiet.NO_MMI).capabilities) == PeerTraits(mmi=False, neutral=True)
+    # Every peer known by a key is neutral (FAM-10); MDP/0.2's own rules otherwise.
+    assert traits_of(REGISTRY.by_dialect[Dialect.MDP02].capabilities) == PeerTraits(neutral=True)
+    for shipped in (Dialect.MDP01, Dialect.MAJORTOMO):  # FAM-09: silent while busy
+        expected = PeerTraits(busy_heartbeats=False, neutral=True)
+        assert traits_of(REGISTRY.by_dialect[shipped].capabilities) == expected, shipped
 
 
 @pytest.mark.parametrize(
@@ -308,3 +327,35 @@ def test_with_every_capability_off_each_cell_names_every_rule_that_changed_it() 
     assert amended == {None, "FAM-01", "FAM-02", "FAM-03"}
     assert all(Action.SEND_DISCONNECT not in c.actions for c in table.values())
     assert all(Action.SEND_HEARTBEAT not in c.actions for c in table.values())
+
+
+def test_fam_09_a_busy_majortomo_worker_gets_the_busy_worker_timeout() -> None:
+    """FAM-09, MAJ-08, MDP01-12: a majortomo worker silent while busy is not expired after the
+    liveness span (3 s here) but at exactly ``busy_worker_timeout`` (20 s) after it was last
+    heard, as busy, and its request goes to the next worker; idle again, it is held to the
+    liveness span as before."""
+    from domo.protocol.events import RequestRedispatched, WorkerExpired
+    from domo.protocol.family import FamilyBroker
+
+    config = BrokerConfig(heartbeat_interval=1.0, liveness=3, busy_worker_timeout=20.0)
+    broker = FamilyBroker(config)
+    broker.receive(b"M", [b"", b"MDPW02", b"\x01", b"slow"], 0.0)  # majortomo's READY
+    broker.receive(b"C", [b"MDPC02", b"\x01", b"slow", b"job"], 1.0)
+    [request] = [f for _, _, f in broker.take_outgoing() if f[2] == b"\x02"]
+    assert bytes(request[3]) == b"C"
+    m = peer_key(b"M", (), Dialect.MAJORTOMO)
+    assert broker.workers()[m].expires_at == 20.0  # last heard at 0.0, its READY
+    for now in (2.0, 5.0, 10.0, 19.9):
+        assert not [e for e in broker.tick(now) if isinstance(e, WorkerExpired)]
+    assert list(broker.workers()) == [m]
+    broker.receive(b"W", [b"MDPW02", b"\x01", b"slow"], 19.95)  # an MDP/0.2 worker waits
+    events = broker.tick(20.0)
+    assert [(e.worker, e.busy) for e in events if isinstance(e, WorkerExpired)] == [(m, True)]
+    assert [e.lost_worker for e in events if isinstance(e, RequestRedispatched)] == [m]
+    sent = [(to, f) for _, to, f in broker.take_outgoing() if f[1] == b"\x02"]
+    assert sent == [(b"W", (b"MDPW02", b"\x02", b"C", b"", b"job"))]
+    # Idle, a majortomo worker is held to the liveness span (MAJ-06).
+    broker.receive(b"N", [b"", b"MDPW02", b"\x01", b"other"], 30.0)
+    n = peer_key(b"N", (), Dialect.MAJORTOMO)
+    assert broker.workers()[n].expires_at == 33.0
+    assert [e.busy for e in broker.tick(33.0) if isinstance(e, WorkerExpired)] == [False]

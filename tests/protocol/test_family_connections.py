@@ -63,8 +63,8 @@ def test_the_same_routing_id_on_two_connections_is_two_peers() -> None:
     sent = out(broker)
     assert [(conn, peer) for conn, peer, _ in sent] == [(0, b"X"), (1, b"X")]
     first_client, second_client = (frames[2] for _, _, frames in sent)
-    assert first_client == peer_key(b"X", (), Dialect.MDP01, 2)
-    assert second_client == peer_key(b"X", (), Dialect.MDP01, 3)
+    assert first_client == peer_key(b"X", (), Dialect.MDP01, 2, b"#1")  # FAM-08: numbered
+    assert second_client == peer_key(b"X", (), Dialect.MDP01, 3, b"#1")
     broker.receive(b"X", [W02, b"\x04", second_client, b"", b"B"], 0.2, 1)
     assert out(broker) == [(3, b"X", (b"", C01, b"svc", b"B"))]
 

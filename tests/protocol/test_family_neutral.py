@@ -1,12 +1,12 @@
-"""A dialect that decodes into the core's neutral commands (``DialectCodec.decode_command``).
+"""A dialect of one's own, of no MDP shape, on the neutral core (FAM-10).
 
 The test dialect, ``named``, spells its commands out: a worker sends ``"", "NW", "register",
 service`` or ``"", "NW", "final", client, body...`` and so on; a client sends ``"", "NC",
 "request", service, body...``. Its codec gives ``CoreCommand``s, so its messages reach the routing
-core through ``Broker.command`` without being dressed as MDP/0.2 frames first; what the core
-sends it is encoded from the core's frames as any dialect's is. It serves and is served by
-MDP/0.2 peers (MDP01-11's cross-dialect routing, for a dialect of any shape), and what is none
-of its commands is refused as garbage (MDP-W-08 from a stranger, MDP-W-16 from its worker).
+core through ``Broker.command`` with no MDP/0.2 frames in between, and what the core sends it is
+a ``CoreCommand`` its codec spells out the same way. It serves and is served by MDP/0.2 peers
+(MDP01-11's cross-dialect routing, for a dialect of any shape), and what is none of its
+commands is refused as garbage (MDP-W-08 from a stranger, MDP-W-16 from its worker).
 """
 
 from __future__ import annotations
@@ -23,8 +23,11 @@ from domo.protocol.dialects import (
     Command,
     CoreCommand,
     DialectCodec,
+    Invalid,
+    Lookup,
     Registry,
     Role,
+    RouteView,
 )
 from domo.protocol.events import (
     ProtocolViolation,
@@ -40,13 +43,7 @@ from .mdp_strategies import plain
 NW, NC = b"NW", b"NC"
 CONFIG = BrokerConfig(heartbeat_interval=1.0, liveness=3, request_expiry=10.0)
 NAMES = {command.value.encode(): command for command in Command}
-CODE_NAMES = {  # the core's codes, by side, as this dialect names them
-    (MDPW02, b"\x02"): b"request",
-    (MDPW02, b"\x05"): b"heartbeat",
-    (MDPW02, b"\x06"): b"leave",
-    (MDPC02, b"\x02"): b"partial",
-    (MDPC02, b"\x03"): b"final",
-}
+GARBAGE = Invalid("MDP-W-08", "none of its commands")
 
 
 class Named(Enum):
@@ -57,30 +54,31 @@ def _claims(header: BodyFrame, command: BodyFrame) -> Role | None:
     return {NW: Role.WORKER, NC: Role.CLIENT}.get(bytes(header))
 
 
-def _decode_command(message: Sequence[BodyFrame]) -> CoreCommand | None:
+def _decode(message: Sequence[BodyFrame]) -> CoreCommand | Invalid:
     role = Role.WORKER if message[0] == NW else Role.CLIENT
     command = NAMES.get(bytes(message[1])) if len(message) > 1 else None
     if command is None:
-        return None
+        return GARBAGE
     rest = tuple(message[2:])
     if command is Command.REGISTER or (role is Role.CLIENT and command is Command.REQUEST):
         if not rest or not isinstance(rest[0], bytes):
-            return None
+            return GARBAGE
         return CoreCommand(role, command, service=rest[0], body=rest[1:])
     if command in (Command.PARTIAL, Command.FINAL):
         if not rest or not isinstance(rest[0], bytes):
-            return None
+            return GARBAGE
         return CoreCommand(role, command, address=rest[0], body=rest[1:])
     return CoreCommand(role, command)
 
 
-def _decode(message: Sequence[BodyFrame]) -> list[BodyFrame]:
-    raise AssertionError("the broker must use decode_command for this dialect")
-
-
-def _encode(envelope: Relayed, frames: Relayed, request_key: bytes | None) -> Relayed:
-    header = NW if frames[0] == MDPW02 else NC
-    return (b"", header, CODE_NAMES[bytes(frames[0]), bytes(frames[1])], *frames[2:])
+def _encode(route: RouteView, command: CoreCommand, lookup: Lookup) -> Relayed:
+    header = NW if command.role is Role.WORKER else NC
+    name = command.command.value.encode()
+    if command.command is Command.REQUEST:  # to a worker: whose it is, then the body
+        return (b"", header, name, command.address, b"", *command.body)
+    if command.role is Role.CLIENT:
+        return (b"", header, name, command.service, *command.body)
+    return (b"", header, name)
 
 
 NAMED = DialectCodec(
@@ -99,7 +97,6 @@ NAMED = DialectCodec(
     claims=_claims,
     decode=_decode,
     encode=_encode,
-    decode_command=_decode_command,
 )
 
 

@@ -20,13 +20,24 @@ import pytest
 from domo.protocol import BrokerConfig
 from domo.protocol.dialects import (
     DETECTION_ORDER,
-    MDPC02,
     Capabilities,
+    Command,
+    CoreCommand,
+    Dialect,
     DialectCodec,
+    Invalid,
+    Lookup,
     Registry,
     Role,
+    RouteView,
 )
-from domo.protocol.events import ProtocolViolation, RequestCompleted, RequestDropped
+from domo.protocol.dialects.mdp02 import decode_client, to_frames
+from domo.protocol.events import (
+    ProtocolViolation,
+    RequestCompleted,
+    RequestDropped,
+    RequestRefused,
+)
 from domo.protocol.family import FamilyBroker, peer_key
 from domo.protocol.mdp import BodyFrame, Relayed
 
@@ -50,13 +61,15 @@ def _request_key(message: Sequence[BodyFrame]) -> tuple[bytes, list[BodyFrame]] 
     return bytes(message[1]), [message[0], *message[2:]]
 
 
-def _decode(message: Sequence[BodyFrame]) -> list[BodyFrame]:
-    return [MDPC02, b"\x01", *message[1:]]  # [TAGC01, service, body...] is a REQUEST
+def _decode(message: Sequence[BodyFrame]) -> CoreCommand | Invalid:
+    return decode_client(message, Command.REQUEST, 1)  # [TAGC01, service, body...]
 
 
-def _encode(envelope: Relayed, frames: Relayed, request_key: bytes | None) -> Relayed:
+def _encode(route: RouteView, command: CoreCommand, lookup: Lookup) -> Relayed:
+    request_key = route.request_key
     assert request_key is not None  # every client message of this dialect names its request
-    return (*envelope, b"", TAGC01, request_key, *frames[1:])
+    # Its reply as RFC 18's, its tag first: [TAGC01, tag, code, service, body...].
+    return (*route.envelope, b"", TAGC01, request_key, *to_frames(command)[1:])
 
 
 TAGGED = DialectCodec(
@@ -233,3 +246,63 @@ def test_a_refusal_the_runtime_could_not_send_blames_no_request() -> None:
     assert not [e for e in events if isinstance(e, RequestDropped)]
     made.flushed()
     assert len(made.core.requests()) == 2
+
+
+# --- FAM-07: the broker's cap per client, for every dialect with several ----------------------
+
+
+LIMITED = BrokerConfig(
+    heartbeat_interval=1.0, liveness=3, request_expiry=10.0, max_client_requests=2
+)
+
+
+def _refusals(events: Sequence[object]) -> list[tuple[str, bytes, int, str]]:
+    return [(e.reason, e.service, e.size, e.rule) for e in events if isinstance(e, RequestRefused)]
+
+
+def test_fam_07_an_mdp01_client_past_max_client_requests_is_refused_each_time() -> None:
+    """FAM-07, FAM-08: an RFC 7 DEALER client with two outstanding (the cap) has its third and
+    fourth refused, each with a ``RequestRefused`` and nothing sent (RFC 7 has no refusal);
+    once one is answered, the next is taken again."""
+    broker = FamilyBroker(LIMITED)
+    for body in (b"1", b"2"):
+        assert not _refusals(broker.receive(b"C", [b"", b"MDPC01", b"echo", body], 0.0))
+    for body in (b"3", b"45"):
+        events = broker.receive(b"C", [b"", b"MDPC01", b"echo", body], 0.1)
+        assert _refusals(events) == [("client-limit", b"echo", len(body), "FAM-07")]
+    assert broker.take_outgoing() == []
+    assert broker.core.queued(b"echo") == 2
+    assert broker.receive(b"D", [b"", b"MDPC01", b"echo", b"x"], 0.1)  # another client: its own
+    broker.receive(b"W", [W02, b"\x01", b"echo"], 0.2)
+    [(_, _, request)] = broker.take_outgoing()
+    broker.receive(b"W", [W02, b"\x04", request[2], b"", b"one"], 0.3)
+    assert [plain(f) for _, _, f in broker.take_outgoing()] == [
+        (b"", b"MDPC01", b"echo", b"one"),
+        (W02, b"\x02", peer_key(b"C", (), Dialect.MDP01, request_key=b"#2"), b"", b"2"),
+    ]
+    broker.flushed()
+    events = broker.receive(b"C", [b"", b"MDPC01", b"echo", b"5"], 0.4)
+    assert not _refusals(events)
+    assert broker.core.queued(b"echo") == 2  # the other client's and this one
+
+
+def test_fam_07_dcp_and_emqp_clients_past_the_cap() -> None:
+    """FAM-07: a DCP client (no refusal answer) and an eMQP client (its error REPLY, EMQP-09)
+    past ``max_client_requests``."""
+    broker = FamilyBroker(LIMITED)
+    for meta in (b"a", b"b", b"c"):
+        events = broker.receive(
+            b"D", [b"", b"DGBX\x01", b"\x04", b"svc", b"", meta, b"", b"x"], 0.0
+        )
+    assert _refusals(events) == [("client-limit", b"svc", 1, "FAM-07")]
+    assert broker.take_outgoing() == []
+    job = b'["run", {"path": "p", "callable": "c"}]'
+    for msgid in (b"m1", b"m2", b"m3"):
+        events = broker.receive(b"E", [b"", b"eMQP/1.0", b"REQUEST", msgid, b"q", b"", job], 0.1)
+    assert _refusals(events) == [("client-limit", b"q", len(job), "FAM-07")]
+    [(_, to, answer)] = broker.take_outgoing()
+    assert to == b"E"
+    assert plain(answer)[2] == b"REPLY"
+    assert plain(answer)[-1] == b"m3"
+    assert b"FAM-07" in plain(answer)[-2]
+    assert broker.core.queued(b"q") == 2

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from domo.protocol.broker import Broker, BrokerConfig, PeerState
+from domo.protocol.broker import Broker, BrokerConfig, PeerState, PeerTraits
 from domo.protocol.events import BrokerEvent
 from domo.protocol.family import FamilyBroker
 
@@ -41,10 +41,12 @@ class Peer:
     routing_id: bytes
     envelope: tuple[bytes, ...]
     dialect: str
+    request: int = 0  # an MDP/0.1 client's requests are clients of their own (FAM-08)
 
     @property
     def model_id(self) -> bytes:
-        return b"m:" + self.routing_id + b"/" + b"/".join(self.envelope)
+        own = b"m:" + self.routing_id + b"/" + b"/".join(self.envelope)
+        return own + b"#%d" % self.request if self.request else own
 
 
 def to_wire(peer: Peer, plain: tuple[bytes, ...]) -> list[bytes]:
@@ -162,6 +164,8 @@ class FamilyMachine(RuleBasedStateMachine):
     def worker_ready(self, dialect: str, service: bytes) -> None:
         worker = self._new_peer(dialect)
         self.workers.append(worker)
+        if dialect in ("mdp01", "majortomo"):  # MDP01-12, MAJ-08: silent while busy (FAM-09)
+            self.model.set_traits(worker.model_id, PeerTraits(busy_heartbeats=False))
         self._send(worker, (W02, b"\x01", service))
 
     @rule(
@@ -177,9 +181,22 @@ class FamilyMachine(RuleBasedStateMachine):
     @precondition(lambda self: self.clients)
     @rule(data=st.data(), body=st.binary(max_size=3))
     def client_again(self, data: st.DataObject, body: bytes) -> None:
-        """A client asks again (MDP-S-02 if its first request is still outstanding)."""
+        """A client asks again (MDP-S-02 if its first request is still outstanding; an MDP/0.1
+        client's requests are numbered, each a client of its own to the model, FAM-08)."""
         client = data.draw(st.sampled_from(self.clients))
+        if client.dialect == "mdp01":
+            self.counter += 1
+            client = dataclasses.replace(client, request=self.counter)
+            self.by_model_id[client.model_id] = client
+            self._forget_stale_keys()
         self._send(client, (C02, b"\x01", SERVICES[0], body))
+
+    def _forget_stale_keys(self) -> None:
+        """A numbered client's keys are numbered afresh once it holds none (FAM-08): a key
+        the broker forgot may name another request later."""
+        for key in list(self.names):
+            if key.startswith(b"\x00\xffdomo:") and self.family.route(key) is None:
+                del self.key_of[self.names.pop(key)]
 
     @precondition(lambda self: self.workers)
     @rule(data=st.data(), final=st.booleans(), body=st.binary(max_size=3))

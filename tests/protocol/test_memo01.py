@@ -600,3 +600,55 @@ def test_memo_03_reserved_service_name_is_refused_with_disconnect() -> None:
     assert answer is not None
     assert answer.type is D
     assert broker.memo_workers() == {}
+
+
+def test_memo_22_a_refused_job_is_not_kept_and_its_resend_is_served() -> None:
+    """MEMO-22: a JOB the core refuses (over max_held_bytes, MDP-D-26) leaves nothing behind:
+    its context is released, no job is counted, and NNG's resend of it, once there is room,
+    is a job afresh that runs (it was joined to the dead entry before and never served)."""
+    config = BrokerConfig(
+        heartbeat_interval=1.0,
+        liveness=3,
+        request_expiry=10.0,
+        max_message_bytes=100,
+        max_held_bytes=150,
+        max_peer_bytes=400,
+        max_pending_bytes=100,
+    )
+    broker = Memo01Broker(config, memo_connections={NNG}, memo=Memo01Config(epoch=EPOCH))
+    broker.receive(token(1), [job("svc", b"a" * 80)], 0.0, NNG)  # held: 80 of 150
+    events = broker.receive(token(2), [job("svc", b"b" * 80)], 0.1, NNG)
+    assert [(type(e).__name__, getattr(e, "rule", None)) for e in events] == [
+        ("RequestRefused", "MDP-D-26")
+    ]
+    assert broker.memo_jobs() == 1
+    assert replies(broker) == {token(2): None}  # released, no reply (MEMO-18)
+    new_worker(broker, token(3), "svc", now=0.2)
+    [(_, ident)] = [(t, m.id) for t, m in replies(broker).items() if m is not None]
+    broker.receive(token(4), [encode(T, ident, b"A")], 0.3, NNG)
+    assert replies(broker)[token(1)] == Memo01Message(T, b"", b"A")
+    broker.receive(token(5), [job("svc", b"b" * 80)], 0.4, NNG)  # the resend: room now
+    assert broker.memo_jobs() == 1
+    got = replies(broker)
+    assert got[token(4)].payload == b"b" * 80  # type: ignore[union-attr]  # sent to the worker
+    broker.receive(token(6), [encode(T, ident, b"B")], 0.5, NNG)
+    assert replies(broker)[token(5)] == Memo01Message(T, b"", b"B")
+    assert broker.memo_jobs() == 0
+
+
+def test_memo_23_a_busy_workers_pipe_closing_sends_its_job_to_the_next_at_once() -> None:
+    """MEMO-23: the runtime says an NNG pipe closed (a message of no frames from it): the
+    busy worker whose JOB went out on it is gone, and its job goes to the other worker at
+    once, long before the job's 60 s timeout (it waited for that timeout before)."""
+    broker = make()
+    new_worker(broker, token(1, pipe=7), "echo")
+    new_worker(broker, token(2, pipe=8), "echo", now=0.05)
+    broker.receive(b"C", [C02, b"\x01", b"echo", b"hi"], 0.1)
+    assert list(replies(broker)) == [token(1, pipe=7)]  # the JOB went out on pipe 7
+    broker.receive((9).to_bytes(8, "big"), [], 0.15, NNG)  # another pipe: nothing happens
+    assert replies(broker) == {}
+    events = broker.receive((7).to_bytes(8, "big"), [], 0.2, NNG)
+    assert any(isinstance(e, WorkerDisconnected) for e in events)
+    got = replies(broker)
+    assert got[token(2, pipe=8)].payload == b"hi"  # type: ignore[union-attr]  # MDP-D-08
+    assert len(broker.memo_workers()) == 1

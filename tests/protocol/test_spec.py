@@ -43,6 +43,9 @@ DIALECT_SPECS = {
     "family.md": "FAM",
 }
 DIALECT_RULE_ID = re.compile(r"\b(?:MDP01|MAJ|REQREP|DCP|EMQP|MEMO|FAM)-\d\d\b")
+# Specs of what runs beside the broker, by file: the pattern of their rule ids.
+LAYER_SPECS = {"tsp.md": r"TSP-[A-Z]-\d\d", "binary-star.md": r"BSTAR-\d\d"}
+LAYER_RULE_ID = re.compile(r"\b(?:" + "|".join(LAYER_SPECS.values()) + r")\b")
 
 
 def dialect_rules(name: str) -> list[str]:
@@ -161,6 +164,11 @@ def test_rules_of_planted_bugs_are_defined() -> None:
     if not files:
         pytest.skip("no mutant files in tests/mutants")
     defined = set(defined_rules()) | {r for name in DIALECT_SPECS for r in dialect_rules(name)}
+    # The specs of the services beside the broker (9/TSP's Titanic, the Binary Star pair):
+    # their rule ids are the first column of their tables too.
+    for name, pattern in LAYER_SPECS.items():
+        text = (ROOT / "specs" / name).read_text(encoding="utf-8")
+        defined |= set(re.findall(rf"^\|\s*({pattern})\s*\|", text, re.MULTILINE))
     problems: list[str] = []
     for path in files:
         with path.open("rb") as handle:
@@ -168,7 +176,11 @@ def test_rules_of_planted_bugs_are_defined() -> None:
         for mutant in mutants:
             where = f"{path.name}: mutant {mutant.get('id', '?')}"
             named = str(mutant.get("rule", ""))
-            rules = RULE_ID.findall(named) + DIALECT_RULE_ID.findall(named)
+            rules = [
+                *RULE_ID.findall(named),
+                *DIALECT_RULE_ID.findall(named),
+                *LAYER_RULE_ID.findall(named),
+            ]
             if not rules:
                 problems.append(f"{where} names no rule id")
             problems += [f"{where} names {rule}" for rule in rules if rule not in defined]

@@ -2,6 +2,9 @@
 
 - ``worker RUNTIME ENDPOINT SERVICE INTERVAL``: a worker whose handler prints ``busy <body>``
   and then sleeps for a minute (a test kills it mid-request).
+- ``stalling-worker RUNTIME ENDPOINT SERVICE INTERVAL STALL``: a worker whose handler holds
+  up the whole worker for STALL seconds (the event loop, or with ``sync`` every thread: it keeps
+  the GIL), as a starved process would be, then echoes; prints ``stalled`` then ``answered``.
 - ``broker RUNTIME ENDPOINT INTERVAL``: a broker (Trio's for ``sync``); prints ``bound``.
 """
 
@@ -51,6 +54,37 @@ def worker(runtime: str, endpoint: str, service: str, interval: float) -> None:
         asyncio.run(domo.asyncio.run_worker(endpoint, service, handler, config=config))
 
 
+def stalling_worker(
+    runtime: str, endpoint: str, service: str, interval: float, stall: float
+) -> None:
+    config = WorkerConfig(heartbeat_interval=interval)
+
+    def hold_up() -> None:
+        say("stalled")
+        until = time.monotonic() + stall
+        while time.monotonic() < until:  # pure Python: the GIL is kept (switch interval)
+            pass
+
+    if runtime == "sync":
+        sys.setswitchinterval(stall + 1.0)  # the heartbeat thread cannot run meanwhile
+
+        def blocking(body: list[bytes]) -> list[bytes]:
+            hold_up()
+            return body
+
+        domo.sync.run_worker(endpoint, service, blocking, config=config)
+        return
+
+    async def blocks_the_loop(body: list[bytes]) -> list[bytes]:
+        hold_up()
+        return body
+
+    if runtime == "trio":
+        trio.run(lambda: domo.trio.run_worker(endpoint, service, blocks_the_loop, config=config))
+    else:
+        asyncio.run(domo.asyncio.run_worker(endpoint, service, blocks_the_loop, config=config))
+
+
 def broker(runtime: str, endpoint: str, interval: float) -> None:
     config = BrokerConfig(heartbeat_interval=interval)
     if runtime == "asyncio":
@@ -77,5 +111,7 @@ if __name__ == "__main__":
     assert threading.current_thread() is threading.main_thread()
     if role == "worker":
         worker(runtime, rest[0], rest[1], float(rest[2]))
+    elif role == "stalling-worker":
+        stalling_worker(runtime, rest[0], rest[1], float(rest[2]), float(rest[3]))
     else:
         broker(runtime, rest[0], float(rest[1]))

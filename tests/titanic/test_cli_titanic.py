@@ -16,13 +16,16 @@ from domo.cli import EXIT_CODES
 
 from ..cli.conftest import DOMO, QUICK_BEATS, StartDomo, run_domo
 
-EXIT_PENDING, EXIT_UNKNOWN, EXIT_STORE = 10, 11, 12
+EXIT_PENDING, EXIT_UNKNOWN, EXIT_STORE = 15, 16, 17
+QUICK_RETRIES = ["--retry-initial", "0.2", "--retry-max", "0.5"]  # a worker is tried soon
 
 
 async def _broker_and_titanic(domo: StartDomo, db: Path) -> tuple[str, int]:
     broker = await domo("broker", "--bind", "tcp://127.0.0.1:0", *QUICK_BEATS)
     endpoint = await broker.endpoint()
-    titanic = await domo("titanic", "--connect", endpoint, "--db", str(db), *QUICK_BEATS)
+    titanic = await domo(
+        "titanic", "--connect", endpoint, "--db", str(db), *QUICK_BEATS, *QUICK_RETRIES
+    )
     await titanic.line("domo titanic: serving")
     return endpoint, titanic.pid
 
@@ -47,12 +50,15 @@ async def test_submit_fetch_close_exit_codes_and_a_killed_titanic(
         assert submitted.code == 0, submitted
         request_id = submitted.stdout.strip()
         assert len(request_id) == 32
-        pending = await run_domo("fetch", request_id, *at)
+        pending = await run_domo("fetch", request_id, *at, "--wait", "0.5")
         assert (pending.code, pending.stdout) == (EXIT_PENDING, ""), pending
         assert "pending" in pending.stderr
+        assert pending.elapsed >= 0.5  # it fetched again for the time it was given
 
         os.kill(titanic_pid, signal.SIGKILL)  # a process this test started
-        again = await domo("titanic", "--connect", endpoint, "--db", str(db), *QUICK_BEATS)
+        again = await domo(
+            "titanic", "--connect", endpoint, "--db", str(db), *QUICK_BEATS, *QUICK_RETRIES
+        )
         line = await again.line("domo titanic: serving")
         assert "1 pending" in line
         await domo("worker", "echo", *at, *QUICK_BEATS)
@@ -92,7 +98,7 @@ async def test_submit_without_titanic_times_out_with_a_hint() -> None:
 async def test_a_second_titanic_on_the_same_file_is_refused(
     domo: StartDomo, tmp_path: Path
 ) -> None:
-    """TSP-D-12: exit 12, one line, no traceback; the first one keeps serving."""
+    """TSP-D-12: exit 17, one line, no traceback; the first one keeps serving."""
     db = tmp_path / "t.db"
     with trio.fail_after(60):
         endpoint, _ = await _broker_and_titanic(domo, db)
@@ -129,7 +135,7 @@ def _without_root_powers() -> list[str]:
 
 
 async def test_a_read_only_file_is_refused_and_keeps_its_requests(tmp_path: Path) -> None:
-    """TSP-D-08: exit 12 with a plain reason; the stored requests are still in the file."""
+    """TSP-D-08: exit 17 with a plain reason; the stored requests are still in the file."""
     from domo.titanic.protocol import StoreRequest
     from domo.titanic.store import SqliteStore
 

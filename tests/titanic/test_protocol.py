@@ -469,3 +469,14 @@ class TitanicModel(RuleBasedStateMachine):
 
 TestTitanicModel = TitanicModel.TestCase
 TestTitanicModel.settings = settings(max_examples=60, stateful_step_count=40, deadline=None)
+
+
+def test_poll_delays_start_quick_and_level_off() -> None:
+    """TSP-F-02: "retry later": 5 ms, doubling, then once a second."""
+    from itertools import islice
+
+    from domo.titanic.client import poll_delays
+
+    assert list(islice(poll_delays(), 10)) == [
+        0.005, 0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.0, 1.0,
+    ]  # fmt: skip

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from pathlib import Path
 
 import pytest
 import trio
@@ -18,6 +19,7 @@ from domo.runtime.errors import RemoteError
 from domo.titanic import FetchState, TitanicError
 from domo.titanic import asyncio as titanic_asyncio
 from domo.titanic import sync as titanic_sync
+from domo.titanic.server import serve_titanic
 from domo.titanic.store import SqliteStore
 from domo.titanic.trio import TitanicClient
 
@@ -44,12 +46,9 @@ async def upper(body: list[bytes]) -> list[bytes]:
 
 async def wait_done(titanic: TitanicClient, request_id: str, limit: float = 20.0) -> list[bytes]:
     with trio.fail_after(limit):
-        while True:
-            fetched = await titanic.fetch(request_id)
-            if fetched.done:
-                return fetched.reply()
-            assert fetched.pending, fetched
-            await trio.sleep(0.05)
+        fetched = await titanic.wait(request_id)
+    assert fetched.done, fetched
+    return fetched.reply()
 
 
 async def test_submit_fetch_close_with_the_trio_client(rig: Rig) -> None:
@@ -163,12 +162,9 @@ def _asyncio_flow(endpoint: str) -> list[object]:
             titanic = titanic_asyncio.TitanicClient(client)
             request_id = await titanic.submit("upper", b"asyncio")
             seen: list[object] = []
-            for _ in range(400):
-                fetched = await titanic.fetch(request_id)
-                if fetched.done:
-                    seen.append(fetched.reply())
-                    break
-                await asyncio.sleep(0.05)
+            async with asyncio.timeout(20):
+                fetched = await titanic.wait(request_id)
+            seen.append(fetched.reply())
             await titanic.close(request_id)
             seen.append((await titanic.fetch(request_id)).state)
             return seen
@@ -177,18 +173,13 @@ def _asyncio_flow(endpoint: str) -> list[object]:
 
 
 def _sync_flow(endpoint: str) -> list[object]:
-    import time
-
     with domo.sync.Client(endpoint, timeout=2.0) as client:
         titanic = titanic_sync.TitanicClient(client)
         request_id = titanic.submit("upper", b"sync")
         seen: list[object] = []
-        for _ in range(400):
-            fetched = titanic.fetch(request_id)
-            if fetched.done:
-                seen.append(fetched.reply())
-                break
-            time.sleep(0.05)
+        seen.append(titanic.wait(request_id, timeout=20).reply())
+        with pytest.raises(TitanicError, match="still pending"):
+            titanic.wait(titanic.submit("nobody-serves-this", b"x"), timeout=0.2)
         titanic.close(request_id)
         seen.append(titanic.fetch(request_id).state)
         return seen
@@ -203,3 +194,27 @@ async def test_the_asyncio_and_blocking_clients_do_the_same(
     async with worker(rig, "upper", upper):
         seen = await trio.to_thread.run_sync(flow, rig.endpoint)
     assert seen == [[name.upper().encode()], FetchState.UNKNOWN]
+
+
+async def test_two_titanics_behind_one_broker_misanswer_as_the_spec_warns(
+    rig: Rig, tmp_path: Path
+) -> None:
+    """TSP-D-17: a second Titanic on another file is not detected; half the fetches reach the
+    one that does not hold the request and get 400. This documents the limit."""
+    other = SqliteStore(tmp_path / "other.db", synchronous="normal")
+    try:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(
+                lambda task_status: serve_titanic(
+                    rig.endpoint, other, worker_config=WORKER_CONFIG, concurrency=2,
+                    task_status=task_status,
+                )
+            )  # fmt: skip
+            async with domo.trio.Client(rig.endpoint, timeout=2.0) as client:
+                titanic = TitanicClient(client)
+                ids = [await titanic.submit("nobody", b"%d" % n) for n in range(4)]
+                answers = {(await titanic.fetch(i)).state for i in ids for _ in range(4)}
+            nursery.cancel_scope.cancel()
+    finally:
+        other.close()
+    assert answers == {FetchState.PENDING, FetchState.UNKNOWN}

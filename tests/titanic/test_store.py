@@ -165,3 +165,32 @@ def test_a_damaged_stored_message_is_an_error_not_a_crash(tmp_path: Path) -> Non
 def test_synchronous_must_be_a_known_setting(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="synchronous"):
         SqliteStore(tmp_path / "t.db", synchronous="extra")  # type: ignore[arg-type]
+
+
+def test_a_transaction_commits_its_writes_together_or_not_at_all(tmp_path: Path) -> None:
+    """TSP-D-01: group commit; a failure inside leaves nothing of the group."""
+    path = tmp_path / "t.db"
+    store = SqliteStore(path)
+    with store.transaction():
+        store.add([request(1)])
+        store.add([request(2)])
+        with store.transaction():  # nested: part of the outer one
+            store.finish(rid(1), [b"r"], 5.0)
+    assert store.counts() == {"pending": 1, "done": 1, "failed": 0}
+
+    def twice() -> None:
+        with store.transaction():
+            store.add([request(3)])
+            store.add([request(3)])  # the same id again: the whole group goes
+
+    with pytest.raises(StoreError):
+        twice()
+    assert store.record(rid(3)) is None
+    assert store.counts() == {"pending": 1, "done": 1, "failed": 0}
+    store.add([request(4)])  # usable afterwards
+    store.close()
+
+
+def test_a_file_in_a_missing_directory_is_refused_plainly(tmp_path: Path) -> None:
+    with pytest.raises(StoreError, match="no directory"):
+        SqliteStore(tmp_path / "nowhere" / "t.db")

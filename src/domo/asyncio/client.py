@@ -21,8 +21,6 @@ reporting a handler error raises ``RemoteError`` (MDP-D-23). Use it from one eve
 from __future__ import annotations
 
 import asyncio
-import logging
-from collections import deque
 from collections.abc import Sequence
 from types import TracebackType
 from typing import Any, Self
@@ -31,65 +29,42 @@ import zmq
 
 from domo.curve import CurveClient
 from domo.endpoints import EndpointRing
-from domo.protocol import ClientConfig, ClientSession, ClientState, mdp
-from domo.protocol.events import ClientEvent, PartialReceived, ReconnectRequired
-from domo.runtime import (
-    REPLY_EVENTS,
-    SENT,
-    ClientClosed,
-    DomoError,
-    Reply,
-    final_body,
-    log_event,
-    service_name,
-)
+from domo.protocol import ClientConfig, mdp
+from domo.protocol.events import ClientEvent, PartialReceived
+from domo.runtime import SENT, ClientClosed, DomoError, Reply, final_body, service_name
+from domo.runtime.slots import ReplyStreamBase, Slot
 
 from ._socket import AsyncConnection
 
 __all__ = ["Client", "ReplyStream"]
 
-logger = logging.getLogger("domo.client")
 
-
-class _Slot:
-    """One session and its DEALER, used by one task at a time."""
+class _Slot(Slot):
+    """A slot (``domo.runtime.slots``) and its DEALER, used by one task at a time."""
 
     def __init__(self, client: Client) -> None:
+        super().__init__(client.config, client.endpoints)
         self.client = client
-        self.session = ClientSession(client.config)
-        self.endpoints = EndpointRing(client.endpoints)  # each slot moves on by itself
         self.socket: AsyncConnection | None = None
-        self.reconnect = True
-        self.unsent: deque[tuple[bytes, ...]] = deque()
-        self.replies: deque[ClientEvent] = deque()
-        self.collecting = False
         self.loop = asyncio.get_running_loop()
 
     def now(self) -> float:
         return max(self.loop.time(), self.session.now)
 
-    def handle(self, events: list[ClientEvent]) -> None:
-        for event in events:
-            if isinstance(event, ReconnectRequired):
-                self.reconnect = True
-                self.unsent.clear()
-            if self.collecting and isinstance(event, REPLY_EVENTS):
-                self.replies.append(event)
-                self.collecting = isinstance(event, PartialReceived)
-            else:
-                log_event(logger, event)
+    def transmit(self, frames: tuple[bytes, ...]) -> bool:
+        return self.socket.send(frames) == SENT  # type: ignore[union-attr]
 
     def connect(self) -> AsyncConnection:
-        if self.reconnect or self.socket is None:
+        socket = self.socket
+        if self.reconnect_at is not None or socket is None:
             self.drop()
             self.client._check_open()
-            self.socket = AsyncConnection(self.client._context, zmq.DEALER)
+            socket = self.socket = AsyncConnection(self.client._context, zmq.DEALER)
             if self.client.curve is not None:
-                self.client.curve.apply(self.socket.socket)
-            self.socket.socket.connect(self.endpoints.next())  # failover: MDP-D-28
-            self.reconnect = False
-            self.handle(self.session.connected(self.now()))
-        return self.socket
+                self.client.curve.apply(socket.socket)
+            socket.socket.connect(self.endpoints.next())  # failover: MDP-D-28
+            self.connected(self.now())
+        return socket
 
     def drop(self) -> None:
         socket, self.socket = self.socket, None
@@ -98,41 +73,30 @@ class _Slot:
 
     def start(self, service: bytes, body: mdp.Frames) -> None:
         socket = self.connect()
+        now = self.now()
         # A stray reply that reached the idle socket is dropped now (MDP-D-20).
         for message in socket.receive(256):
-            self.handle(self.session.receive(message, self.now()))
-        self.collecting = True
-        self.handle(self.session.request(service, body, self.now()))
+            self.received(message, now)
+        self.begin(service, body, now)
 
     async def next_reply(self) -> ClientEvent:
         replies = self.replies
         session = self.session
         while not replies:
             socket = self.connect()
-            unsent = self.unsent
-            unsent.extend(session.take_outgoing())
-            while unsent and socket.send(unsent[0]) == SENT:
-                unsent.popleft()
-            # With a full pipe (unsent left), room to send wakes it too.
-            await socket.wait(session.next_deadline(), writable=bool(unsent))
+            full = not self.flush()
+            # With a full pipe, room to send wakes it too.
+            await socket.wait(session.next_deadline(), writable=full)
             self.client._check_open()
             messages = socket.receive(1)
-            now = self.now()
-            for message in messages:
-                self.handle(session.receive(message, now))
-            if not messages:
-                self.handle(session.tick(now))
+            if messages:
+                self.received(messages[0], self.now())
+            else:
+                self.ticked(self.now())
         return replies.popleft()
 
-    def cancel(self) -> None:
-        if self.session.state in (ClientState.WAITING, ClientState.RECONNECTING):
-            self.handle(self.session.cancel(self.now()))
-        self.collecting = False
-        self.replies.clear()
-
     def close(self) -> None:
-        if self.session.state is not ClientState.CLOSED:
-            self.handle(self.session.close(self.now()))
+        self.end(self.now())
         self.drop()
 
 
@@ -206,7 +170,9 @@ class Client:
             while isinstance(event, PartialReceived):
                 event = await slot.next_reply()
         except BaseException:
-            slot.cancel()  # cancelled: the session forgets the request and replaces its socket
+            slot.cancel(
+                slot.now()
+            )  # cancelled: the session forgets the request, replaces its socket
             self._release(slot)
             raise
         self._release(slot)
@@ -217,8 +183,7 @@ class Client:
 
         Use ``async with`` around it to cancel the request if you stop reading early.
         """
-        name = service_name(service)
-        return ReplyStream(self, mdp.check_service(name), mdp.check_body(frames))
+        return ReplyStream(self, service_name(service), frames)
 
     def _check_open(self) -> None:
         if self._closed:
@@ -243,9 +208,8 @@ class Client:
         return slot
 
     def _release(self, slot: _Slot) -> None:
-        slot.collecting = False
-        slot.replies.clear()
-        if slot.reconnect:
+        slot.finish()
+        if slot.reconnect_at is not None:
             slot.drop()
         if self._closed:
             slot.close()
@@ -255,15 +219,12 @@ class Client:
         self._free.release()
 
 
-class ReplyStream:
+class ReplyStream(ReplyStreamBase[_Slot]):
     """The replies of one request, as an async iterator; see ``Client.stream``."""
 
-    def __init__(self, client: Client, service: bytes, body: mdp.Frames) -> None:
+    def __init__(self, client: Client, service: bytes, body: Sequence[bytes]) -> None:
+        super().__init__(service, body)
         self._client = client
-        self._service = service
-        self._body = body
-        self._slot: _Slot | None = None
-        self._done = False
 
     async def __aenter__(self) -> Self:
         return self
@@ -286,19 +247,10 @@ class ReplyStream:
         except BaseException:
             self.abort()
             raise
-        if isinstance(event, PartialReceived):
-            return Reply(list(event.body), final=False)
-        self._finish()
-        return Reply(final_body(self._service, event), final=True)
+        return self._reply(event)
 
-    def abort(self) -> None:
-        """Cancel the request if it is still in progress (nothing more will be read)."""
-        if self._slot is not None:
-            self._slot.cancel()
-        self._finish()
+    def _cancel(self, slot: _Slot) -> None:
+        slot.cancel(slot.now())
 
-    def _finish(self) -> None:
-        self._done = True
-        slot, self._slot = self._slot, None
-        if slot is not None:
-            self._client._release(slot)
+    def _release(self, slot: _Slot) -> None:
+        self._client._release(slot)

@@ -50,6 +50,7 @@ from domo.runtime import (
     log_event,
     service_name,
 )
+from domo.runtime.liveness import receive_waiting
 
 from ._socket import AsyncConnection
 
@@ -180,10 +181,11 @@ class _Serving:
                 self._heard = True
                 if self._on_broker_heard is not None:
                     self._on_broker_heard()
-            for message in messages:
-                self._handle(self.session.receive(message, now))
-            if not messages:
-                self._handle(self.session.tick(now))
+            session = self.session
+            for message in messages:  # heard in time, even if the loop woke late
+                self._handle(receive_waiting(session, message, now))
+            if session.now != now:  # nothing was read, or a late batch: fire what is due now
+                self._handle(session.tick(now))
             self._flush(socket)
             if self._reconnecting():
                 self._close(0.0)
@@ -229,7 +231,17 @@ class _Serving:
         """Queue a PARTIAL or the FINAL and send it; False if the request was given up."""
         if self.session.current_request != number:
             return False
-        self._handle(method(body, self._now()))
+        now = self._now()
+        socket = self._socket
+        expires = self.session.broker_expires_at
+        if expires is not None and now >= expires and socket is not None:
+            # The loop was held up past the broker's expiry (a handler that blocked it): what
+            # waits in the socket was heard in time (runtime.liveness); read it first.
+            for message in socket.receive(BATCH):
+                self._handle(receive_waiting(self.session, message, now))
+            if self.session.current_request != number:
+                return False
+        self._handle(method(body, now))
         socket = self._socket
         if socket is not None:
             if not self._flush(socket):

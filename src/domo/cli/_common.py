@@ -47,9 +47,9 @@ EXIT_FINDINGS: Final = 7  # fuzz: the target broke at least one rule
 EXIT_FAILED_REQUESTS: Final = 8  # demo, bench: some requests failed or got a wrong reply
 EXIT_UNREACHABLE: Final = 9  # bench, fuzz: the peer to test never answered (not there?)
 EXIT_INTERRUPTED: Final = 130  # call: stopped by SIGINT (128 + 2, the shell's convention)
-EXIT_PENDING: Final = 10  # fetch: stored, no reply yet (9/TSP 300): fetch again later
-EXIT_UNKNOWN: Final = 11  # fetch: unknown id, closed, expired or given up (9/TSP 400)
-EXIT_STORE: Final = 12  # titanic: the database cannot be used (locked, read-only, corrupt)
+EXIT_PENDING: Final = 15  # fetch: stored, no reply yet (9/TSP 300): fetch again later
+EXIT_UNKNOWN: Final = 16  # fetch: unknown id, closed, expired or given up (9/TSP 400)
+EXIT_STORE: Final = 17  # titanic: the database cannot be used (locked, read-only, corrupt)
 
 DEFAULT_ENDPOINT: Final = "tcp://127.0.0.1:5555"
 T = TypeVar("T")
@@ -192,7 +192,7 @@ def _only_leaf(error: BaseException) -> BaseException:
 def _exit_code_for(command: str, error: BaseException) -> int:
     """Report an expected failure in one line; re-raise anything else (a bug)."""
     if isinstance(error, KeyboardInterrupt):  # SIGINT before a signal receiver was set up
-        return EXIT_INTERRUPTED if command == "call" else EXIT_OK
+        return EXIT_INTERRUPTED if command in ("call", "report") else EXIT_OK
     if isinstance(error, zmq.ZMQError):
         print(f"domo {command}: endpoint error: {error}", file=sys.stderr)
         return EXIT_ENDPOINT

@@ -7,6 +7,8 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from functools import partial
 from typing import Final
 
@@ -17,6 +19,7 @@ from domo.curve import (
     AllowList,
     CurveError,
     CurveServer,
+    NngTls,
     load_keypair,
 )
 from domo.endpoints import EndpointError, check_endpoint
@@ -34,11 +37,12 @@ from domo.protocol.events import (
 )
 from domo.runtime import memory
 from domo.trio import (
+    Drain,
     serve_broker,
 )
-from domo.trio.broker import NNG_EXTRA_HINT, NNG_SCHEME
+from domo.trio.broker import NNG_EXTRA_HINT, NNG_SCHEME, NNG_TLS_SCHEME
 
-from . import _common
+from . import _common, _pair
 from ._common import (
     BIND_SCHEMES,
     DEFAULT_ENDPOINT,
@@ -68,7 +72,8 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "times for several), for clients and workers alike; a client on one endpoint is served "
         "by workers on any. Prints each bound endpoint on stdout ('domo broker: listening on "
         "ENDPOINT'), then logs workers coming and going on stderr. SIGINT or SIGTERM stops it: "
-        "every worker is sent DISCONNECT, and it exits 0.",
+        "every worker is sent DISCONNECT, and it exits 0. SIGHUP re-reads the allow-lists (or, "
+        "without any, is logged) and never stops it.",
         _broker,
         "info",
         _prepare_broker,
@@ -82,7 +87,8 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help=f"endpoint to bind, one socket each; repeat for several (tcp://, ipc://, "
         f"inproc://); a tcp port of 0 picks a free one (default: {DEFAULT_ENDPOINT}). "
         f"nng+tcp://HOST:PORT or nng+ipc:///PATH binds an NNG rep0 socket serving MemoDB's "
-        f"memo01 protocol (specs/memo01.md) on the same broker; it needs the nng extra, "
+        f"memo01 protocol (specs/memo01.md) on the same broker, and nng+tls+tcp://HOST:PORT "
+        f"the same over TLS with client certificates (--nng-tls-cert); it needs the nng extra, "
         f"pip install 'domo[nng]'{nng_state}",
     )
     _add_heartbeat_options(sub, defaults.heartbeat_interval, defaults.liveness)
@@ -102,6 +108,34 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "dropped (default: %(default)s)",
     )
     _add_memory_bounds(sub, defaults)
+    sub.add_argument(
+        "--drain",
+        type=_positive_float,
+        metavar="SECONDS",
+        help="on SIGTERM, drain before stopping: take no new request (each is refused, "
+        "logged and counted), let the ones in flight finish, then stop; at most SECONDS, after "
+        "which what is left is given up (its clients resend). A second SIGTERM, or SIGINT, "
+        "stops at once (specs/mdp-0.2.md, MDP-D-34; default: stop at once)",
+    )
+    sub.add_argument(
+        "--busy-worker-timeout",
+        type=_positive_float,
+        default=defaults.busy_worker_timeout,
+        metavar="SECONDS",
+        help="how long a busy worker of a dialect whose workers do not heartbeat while they "
+        "work (majortomo's, RFC 7's) may stay silent before it is taken for dead and its "
+        "request re-dispatched (specs/family.md, FAM-09; default: %(default)s, majortomo's)",
+    )
+    sub.add_argument(
+        "--max-client-requests",
+        type=_count,
+        default=defaults.max_client_requests,
+        metavar="N",
+        help="requests one client may have outstanding at once in a dialect that allows "
+        "several (MDP/0.1 on a DEALER, DCP, eMQP; memo01: one NNG connection, its workers "
+        "included); one more is refused, logged and counted in domo_requests_refused "
+        "(specs/family.md, FAM-07; default: %(default)s)",
+    )
     sub.add_argument(
         "--trace-dir",
         metavar="DIR",
@@ -128,6 +162,21 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "in FILE, one per line ('#' starts a comment); SIGHUP re-reads it. Without it, any "
         "peer that knows the broker's public key may connect (encrypted)",
     )
+    _pair.add_pair_options(sub)  # --primary/--backup: a Binary Star pair (specs/binary-star.md)
+    sub.add_argument(
+        "--nng-tls-cert",
+        metavar="FILE",
+        help="the broker's TLS certificate and private key (PEM, one file) for its "
+        "nng+tls+tcp://HOST:PORT endpoints, memo01 on NNG's TLS transport; CURVE does not "
+        "reach NNG, so under --curve-secret-file every NNG endpoint must be one of these",
+    )
+    sub.add_argument(
+        "--nng-tls-allow-file",
+        metavar="FILE",
+        help="with --nng-tls-cert: the client and worker certificates (PEM) an nng+tls+tcp:// "
+        "endpoint admits; a peer without a certificate it vouches for fails the handshake. "
+        "SIGHUP re-reads it (and re-opens those endpoints)",
+    )
 
 
 # --- domo broker ------------------------------------------------------------------------------
@@ -144,7 +193,13 @@ async def _trim_memory() -> None:
         await trio.sleep(TRIM_INTERVAL)
 
 
-_BOUNDS: Final = ("max_message_bytes", "max_held_bytes", "max_peer_bytes", "max_pending_bytes")
+_BOUNDS: Final = (
+    "max_message_bytes",
+    "max_held_bytes",
+    "max_peer_bytes",
+    "max_pending_bytes",
+    "max_client_requests",
+)
 
 
 def _as_options(text: str) -> str:
@@ -165,12 +220,15 @@ async def _broker(args: argparse.Namespace) -> int:
             max_held_bytes=args.max_held_bytes,
             max_peer_bytes=args.max_peer_bytes,
             max_pending_bytes=args.max_pending_bytes,
+            max_client_requests=args.max_client_requests,
+            busy_worker_timeout=args.busy_worker_timeout,
         )
     except ValueError as bad:  # byte bounds that cannot hold the messages they must
         print(f"domo broker: {_as_options(str(bad))}", file=sys.stderr)
         return EXIT_USAGE
     completed = 0
     late_workers = LateWorkerWatch(config)
+    pair = _pair.make_pair(args)  # None unless --primary or --backup
 
     def on_event(event: BrokerEvent) -> None:
         nonlocal completed
@@ -192,6 +250,8 @@ async def _broker(args: argparse.Namespace) -> int:
             )
             return EXIT_USAGE
         metrics = BrokerMetrics(config)
+        if pair is not None:
+            _pair.pair_metrics(metrics.registry, pair)
         try:
             host, port = serve_metrics(args.metrics, metrics)
         except OSError as error:
@@ -204,19 +264,28 @@ async def _broker(args: argparse.Namespace) -> int:
             counted(event)
             metrics.on_event(event)
 
+    drain = Drain(args.drain) if args.drain is not None else None
     serve = partial(
-        serve_broker, config=config, on_event=on_event, trace_dir=args.trace_dir, curve=args.curve
+        serve_broker,
+        config=config,
+        on_event=on_event,
+        trace_dir=args.trace_dir,
+        curve=args.curve,
+        nng_tls=args.nng_tls,
+        drain=drain,
+        admit=None if pair is None else pair.admit,
     )
     memory.fix_mmap_threshold()  # this process is a broker: large bodies go back when freed
-    async with _graceful_stop("broker") as stop:
+    stopping = _graceful_stop("broker") if drain is None else _stop_after_drain(drain)
+    async with _on_sighup(args.curve, args.nng_tls), stopping as stop:
         with stop:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(_trim_memory)
                 bound: list[str] = await nursery.start(serve, *(args.bind or [DEFAULT_ENDPOINT]))
-                if args.curve is not None and args.curve.allow is not None:
-                    nursery.start_soon(_reload_on_sighup, args.curve.allow)
+                if pair is not None:  # after the bind: the first state goes out when it serves
+                    await nursery.start(pair.run)
                 for endpoint in bound:
-                    secured = "" if args.curve is None else " (CURVE)"
+                    secured = _protection(endpoint, args.curve, args.nng_tls)
                     print(f"domo broker: listening on {endpoint}{secured}", flush=True)
                 await trio.sleep_forever()
     print(f"domo broker: stopped; {completed} requests completed", flush=True)
@@ -232,12 +301,23 @@ def _metrics_address(text: str) -> str:
 
 
 def _prepare_broker(args: argparse.Namespace) -> None:
-    """Load the CURVE key pair and allow-list now: a bad file is a usage error (exit 2)."""
+    """Load the CURVE key pair and allow-list and the NNG TLS files now: a bad file, or an
+    endpoint they would not cover, is a usage error (exit 2)."""
+    _pair.check_pair_options(args)
     args.curve = None
+    args.nng_tls = _prepare_nng_tls(args)
     if args.curve_secret_file is None:
         if args.curve_allow_file is not None:
             args.parser.error("--curve-allow-file needs --curve-secret-file")
         return
+    for endpoint in args.bind or ():
+        if endpoint.startswith(NNG_SCHEME) and not endpoint.startswith(NNG_TLS_SCHEME):
+            args.parser.error(
+                f"--bind {endpoint}: CURVE does not cover NNG endpoints, and a memo01 peer "
+                "there would be served without a key; with --curve-secret-file bind "
+                f"{NNG_TLS_SCHEME}HOST:PORT with --nng-tls-cert and --nng-tls-allow-file "
+                "instead (docs/security.md)"
+            )
     try:
         keys = load_keypair(args.curve_secret_file)
         allow = None if args.curve_allow_file is None else AllowList(args.curve_allow_file)
@@ -248,12 +328,127 @@ def _prepare_broker(args: argparse.Namespace) -> None:
     args.curve = CurveServer(keys, allow)
 
 
-async def _reload_on_sighup(allow: AllowList) -> None:
-    """Re-read the CURVE allow-list at each SIGHUP (a bad file keeps the current list)."""
+def _prepare_nng_tls(args: argparse.Namespace) -> NngTls | None:
+    """The NNG TLS settings, checked now: both files, and an nng+tls+tcp:// endpoint to use them."""
+    tls_endpoints = [e for e in args.bind or () if e.startswith(NNG_TLS_SCHEME)]
+    given = args.nng_tls_cert is not None, args.nng_tls_allow_file is not None
+    if not tls_endpoints:
+        if any(given):
+            args.parser.error(
+                "--nng-tls-cert and --nng-tls-allow-file are for nng+tls+tcp:// endpoints; "
+                "none is bound"
+            )
+        return None
+    if not all(given):
+        args.parser.error(
+            f"--bind {tls_endpoints[0]} needs --nng-tls-cert (the broker's certificate and "
+            "key) and --nng-tls-allow-file (the peers' certificates)"
+        )
+    try:
+        tls = NngTls(args.nng_tls_cert, args.nng_tls_allow_file)
+        from domo.trio._nng import tls_server_config
+
+        tls_server_config(tls)  # NNG reads the files as it will at the bind
+    except CurveError as error:
+        args.parser.error(str(error))
+    return tls
+
+
+def _protection(endpoint: str, curve: CurveServer | None, nng_tls: NngTls | None) -> str:
+    """What the startup line says protects ``endpoint``: only what really covers it (CURVE
+    does not reach NNG nor inproc://, where libzmq runs no handshake)."""
+    if endpoint.startswith(NNG_TLS_SCHEME) and nng_tls is not None:
+        return " (TLS)"
+    if endpoint.startswith(NNG_SCHEME) or curve is None:
+        return ""
+    return " (in-process, no CURVE)" if endpoint.startswith("inproc://") else " (CURVE)"
+
+
+@asynccontextmanager
+async def _stop_after_drain(drain: Drain) -> AsyncIterator[trio.CancelScope]:
+    """As ``_graceful_stop``, but a first SIGTERM drains before it stops (MDP-D-34): no new
+    request is taken, the ones in flight finish (at most ``drain.seconds``), then the scope is
+    cancelled. SIGINT, or SIGTERM while draining, stops at once."""
+    stop = trio.CancelScope()
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async with trio.open_nursery() as watcher:
+
+            async def stop_when_drained() -> None:
+                if not await drain.wait():
+                    logger.warning(
+                        "broker: the drain's %g s are up; stopping with %d request(s) "
+                        "outstanding, given up (their clients resend)",
+                        drain.seconds,
+                        drain.left,
+                    )
+                stop.cancel()
+
+            async def watch() -> None:
+                async for signum in signals:
+                    name = signal.Signals(signum).name
+                    if stop.cancel_called:
+                        logger.info("broker: %s received while stopping; still stopping", name)
+                    elif signum == signal.SIGTERM and not drain.requested.is_set():
+                        logger.info(
+                            "broker: SIGTERM received, draining for at most %g s (SIGTERM "
+                            "again or SIGINT stops at once)",
+                            drain.seconds,
+                        )
+                        drain.begin()
+                        watcher.start_soon(stop_when_drained)
+                    else:
+                        logger.info("broker: %s received, stopping", name)
+                        stop.cancel()
+
+            watcher.start_soon(watch)
+            try:
+                yield stop
+            finally:
+                watcher.cancel_scope.cancel()
+
+
+@asynccontextmanager
+async def _on_sighup(curve: CurveServer | None, nng_tls: NngTls | None) -> AsyncIterator[None]:
+    """For the broker's whole life, SIGHUP re-reads what can be re-read (the CURVE allow-list,
+    the NNG TLS files) and is logged; it never stops the broker (issue 27: its default action
+    killed a broker started without --curve-allow-file).
+
+    SIGHUP is ignored before and after: a SIGHUP that comes while the receiver closes is
+    delivered again by trio, and must not end the process then either.
+    """
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
     with trio.open_signal_receiver(signal.SIGHUP) as hangups:
-        async for _ in hangups:
-            logger.info("SIGHUP received: reloading the allow-list %s", allow.path)
-            allow.reload()
+        async with trio.open_nursery() as nursery:
+
+            async def reload() -> None:
+                async for _ in hangups:
+                    _reload(curve, nng_tls)
+
+            nursery.start_soon(reload)
+            try:
+                yield
+            finally:
+                nursery.cancel_scope.cancel()
+
+
+def _reload(curve: CurveServer | None, nng_tls: NngTls | None) -> None:
+    """One SIGHUP: re-read the allow-lists (a bad file keeps the one in force)."""
+    reloading = []
+    if curve is not None and curve.allow is not None:
+        reloading.append(f"the CURVE allow-list {curve.allow.path}")
+    if nng_tls is not None:
+        reloading.append(f"the NNG TLS files {nng_tls.cert_file} and {nng_tls.allow_file}")
+    if not reloading:
+        logger.info(
+            "SIGHUP received: nothing to reload (no --curve-allow-file, no --nng-tls-cert); "
+            "still serving"
+        )
+        return
+    logger.info("SIGHUP received: reloading %s", " and ".join(reloading))
+    if curve is not None and curve.allow is not None:
+        curve.allow.reload()
+    if nng_tls is not None:
+        nng_tls.reload()
 
 
 def _check_trace_dir(directory: str) -> str | None:
@@ -366,8 +561,12 @@ def _broker_endpoint(text: str) -> str:
     """An argparse type: a ZeroMQ endpoint to bind, or an ``nng+`` one if the extra is here."""
     if not text.startswith(NNG_SCHEME):
         return _endpoint(BIND_SCHEMES, text)
+    url = text[len(NNG_SCHEME) :]
     try:
-        check_endpoint(text[len(NNG_SCHEME) :], bind=True, schemes=("tcp", "ipc"))
+        if url.startswith("tls+tcp://"):  # NNG's TLS transport: checked as the tcp:// under it
+            check_endpoint(url.removeprefix("tls+"), bind=True, schemes=("tcp",))
+        else:
+            check_endpoint(url, bind=True, schemes=("tcp", "ipc"))
     except EndpointError as error:
         raise argparse.ArgumentTypeError(f"{text}: {error}") from None
     if not _common._nng_installed():  # looked up at each call: tests replace it

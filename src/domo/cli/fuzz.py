@@ -15,7 +15,7 @@ import trio
 
 from domo.endpoints import EndpointError, check_endpoint
 from domo.protocol import BrokerConfig
-from domo.protocol.emqp_bridge import credit_cap
+from domo.protocol.layers.emqp import credit_cap
 from domo.trio.broker import NNG_EXTRA_HINT, NNG_SCHEME
 
 from . import _common

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 
 from domo import report as trace_report
 
@@ -19,9 +20,12 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "Read the Parquet traces that `domo broker --trace-dir` wrote into TRACE_DIR and print, "
         "per service and per worker: requests, throughput, queue wait, service time and latency "
         "percentiles, re-dispatches, expiries, drops by reason and rule, worker utilisation, "
-        "and the slowest requests (docs/report.md). Runs on an embedded local Spark unless "
-        "--master names a cluster; needs pip install 'domo[spark]' and Java 17 or newer. "
-        "Unreadable files are skipped and named on stderr.",
+        "and the slowest requests, split by dialect when the traces hold several "
+        "(docs/report.md). Runs on an embedded local Spark unless --master names a cluster or "
+        "--remote a Spark Connect server; needs pip install 'domo[spark]' and Java 17 or newer "
+        "(--remote: 'domo[connect]' and no Java). Unreadable files are skipped and named on "
+        "stderr. With --follow it keeps reading TRACE_DIR as the broker writes it and rewrites "
+        "the --html page every few seconds, until Ctrl-C.",
         _report,
         "warning",
     )
@@ -30,7 +34,27 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--master",
         metavar="URL",
         help="Spark master, e.g. spark://host:7077 or local[4] (default: a local session "
-        "in this process using every core)",
+        "in this process using every core); the executors must be able to read TRACE_DIR",
+    )
+    sub.add_argument(
+        "--remote",
+        metavar="URL",
+        help="run on a Spark Connect server instead, e.g. sc://host:15002 (no JVM here; the "
+        "server reads TRACE_DIR: give a path it can see)",
+    )
+    sub.add_argument(
+        "--follow",
+        action="store_true",
+        help="keep reading TRACE_DIR as it grows (each file once complete) and rewrite the "
+        "--html page every --interval seconds, until Ctrl-C",
+    )
+    sub.add_argument(
+        "--interval",
+        type=_seconds,
+        default=5.0,
+        metavar="SECONDS",
+        help="with --follow: how often to look for new files and rewrite the page "
+        "(default: %(default)s)",
     )
     sub.add_argument(
         "--html", metavar="FILE", help="also write the report as one HTML page with plots"
@@ -74,6 +98,16 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
 
 
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0.1 <= value <= 3600:
+        raise argparse.ArgumentTypeError(f"not a number of seconds in [0.1, 3600]: {text!r}")
+    return value
+
+
 def _report_time(text: str) -> float:
     try:
         return trace_report.parse_time(text)
@@ -89,6 +123,9 @@ async def _report(args: argparse.Namespace) -> int:
     return trace_report.run(
         args.trace_dir,
         master=args.master,
+        remote=args.remote,
+        follow=args.follow,
+        interval=args.interval,
         html=args.html,
         out=args.out,
         filters=filters,

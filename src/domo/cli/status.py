@@ -83,4 +83,7 @@ async def _status(args: argparse.Namespace) -> int:
         held, limit = status.held_bytes, status.limits.get("held", 0)
         print(f"request bytes held: {held} of {limit}; refused: {refused or 'none'}")
     print(f"violations: {violations or 'none'}", flush=True)
+    if status.pair:  # a broker of a Binary Star pair (specs/binary-star.md)
+        pair = status.pair
+        print(f"pair: {pair.get('role')}, {pair.get('state')} ({pair.get('serving')})", flush=True)
     return EXIT_OK

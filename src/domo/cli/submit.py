@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
 from domo.titanic.client import TitanicError
 from domo.titanic.protocol import UNKNOWN
 from domo.titanic.trio import TitanicClient
 
-from ._common import EXIT_OK, EXIT_UNKNOWN, _prepare_curve_client, _service, _subcommand
+from ._common import EXIT_OK, EXIT_UNKNOWN, _service, _subcommand
 from ._durable import add_client_options, with_titanic
+from .call import _prepare_call
 
 
 def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -27,22 +27,13 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "sends one empty frame.",
         _submit,
         "warning",
-        _prepare_submit,
+        _prepare_call,  # the same BODY frames as `domo call` ('-': stdin), the same CURVE
     )
     sub.add_argument("service", metavar="SERVICE", type=_service, help="the target service")
     sub.add_argument(
         "body", metavar="BODY", nargs="*", default=[], help="one request frame each ('-': stdin)"
     )
     add_client_options(sub)
-
-
-def _prepare_submit(args: argparse.Namespace) -> None:
-    _prepare_curve_client(args)
-    if args.body.count("-") > 1:
-        args.parser.error("'-' (stdin) may be given only once")
-    args.frames = [
-        sys.stdin.buffer.read() if text == "-" else os.fsencode(text) for text in args.body
-    ] or [b""]
 
 
 async def _submit(args: argparse.Namespace) -> int:

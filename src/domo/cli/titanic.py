@@ -7,6 +7,7 @@ has a worker, and keeps the replies for ``domo fetch``.
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 from functools import partial
 
@@ -78,7 +79,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         default=defaults.request_expiry,
         metavar="SECONDS",
         help="a request not answered this long after it was stored is given up (its service "
-        "never came, or never answered); fetch then exits 11 (default: %(default)s)",
+        "never came, or never answered); fetch then exits 16 (default: %(default)s)",
     )
     sub.add_argument(
         "--reply-expiry",
@@ -94,6 +95,21 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         metavar="SECONDS",
         help="wait this long for a service's reply before trying the request again later "
         "(set it above your slowest request; default: %(default)s)",
+    )
+    sub.add_argument(
+        "--retry-initial",
+        type=_positive_float,
+        default=defaults.retry_initial,
+        metavar="SECONDS",
+        help="after a dispatch that got no answer (or no worker), hold its service back this "
+        "long, doubling at each failure in a row (default: %(default)s)",
+    )
+    sub.add_argument(
+        "--retry-max",
+        type=_positive_float,
+        default=defaults.retry_max,
+        metavar="SECONDS",
+        help="the longest a service is held back (default: %(default)s)",
     )
     sub.add_argument(
         "--max-in-flight",
@@ -119,6 +135,8 @@ async def _titanic(args: argparse.Namespace) -> int:
             request_expiry=args.request_expiry,
             reply_expiry=args.reply_expiry,
             max_in_flight=args.max_in_flight,
+            retry_initial=args.retry_initial,
+            retry_max=args.retry_max,
         )
     except ValueError as error:
         args.parser.error(str(error))
@@ -127,6 +145,9 @@ async def _titanic(args: argparse.Namespace) -> int:
     except StoreError as error:
         print(f"domo titanic: {error}", file=sys.stderr)
         return EXIT_STORE
+    if args.log_level != "debug":  # 3 x --concurrency sessions: their connects are noise
+        logging.getLogger("domo.worker").setLevel(logging.WARNING)
+        logging.getLogger("domo.client").setLevel(logging.WARNING)
     endpoints = args.connects or [args.connect]
     worker_config = WorkerConfig(heartbeat_interval=args.heartbeat_interval, liveness=args.liveness)
     serve = partial(

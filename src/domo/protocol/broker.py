@@ -45,7 +45,7 @@ from types import MappingProxyType
 from typing import Any, Final, TypeAlias
 
 from . import mdp
-from .commands import Command, CoreCommand, Role
+from .commands import HEARTBEAT, LEAVE, Command, CoreCommand, Role
 from .dispatch import Dispatcher, RequestRecord, RequestState, ServiceRecord, WorkerRecord
 from .errors import LocalProtocolError, MalformedMessage
 from .events import (
@@ -69,7 +69,15 @@ from .events import (
     WorkerExpired,
     WorkerRegistered,
 )
-from .mdp import CLIENT_HEADER, WORKER_HEADER, BodyFrame, Relayed
+from .mdp import (
+    C_FINAL,
+    C_PARTIAL,
+    CLIENT_HEADER,
+    W_REQUEST,
+    WORKER_HEADER,
+    BodyFrame,
+    Relayed,
+)
 from .timers import DeadlineHeap
 
 __all__ = [
@@ -79,6 +87,7 @@ __all__ = [
     "Action",
     "Broker",
     "BrokerConfig",
+    "Outbound",
     "PeerState",
     "PeerTraits",
     "RequestView",
@@ -110,6 +119,9 @@ _DROP_RULES: Final[dict[DropReason, str]] = {
     "partial-too-large": "MDP-D-25",
 }
 
+# One message in the outbox: MDP/0.2 frames, or a neutral command for a dialect peer (FAM-10).
+Outbound: TypeAlias = Relayed | CoreCommand
+
 # What a client reply other than a FINAL carries, for the report of its delivery: a PARTIAL (its
 # request) or an mmi.* reply.
 _Cargo: TypeAlias = RequestRecord | MmiReplied
@@ -137,6 +149,13 @@ class BrokerConfig:
     - ``max_pending_bytes``: the bytes of large messages (``PENDING_FROM`` bytes or more) handed
       to ZeroMQ and not yet written to the network, all peers together (MDP-D-30); a runtime
       convention, like ``max_peer_bytes``: the core does not use it.
+    - ``max_client_requests``: the requests one client may have outstanding at once in a
+      dialect that allows several (MDP/0.1, DCP, eMQP); one more is refused (FAM-07). A
+      family convention, like the dialects: ``FamilyBroker`` counts them.
+    - ``busy_worker_timeout``: seconds a busy worker whose dialect's worker is silent while it
+      works (``PeerTraits.busy_heartbeats`` false: majortomo's, RFC 7's) may go without a word
+      before it is taken for dead (FAM-09); majortomo's broker's default. Never less than
+      ``liveness * heartbeat_interval``.
     """
 
     heartbeat_interval: float = 2.5
@@ -147,6 +166,8 @@ class BrokerConfig:
     max_held_bytes: int = 256 * MIB
     max_peer_bytes: int = 64 * MIB
     max_pending_bytes: int = 128 * MIB
+    max_client_requests: int = 1000
+    busy_worker_timeout: float = 900.0
 
     def __post_init__(self) -> None:
         if not self.heartbeat_interval > 0:
@@ -172,6 +193,10 @@ class BrokerConfig:
                 f"messages of the largest size can be full of heartbeats when a request comes "
                 f"(MDP-D-32)"
             )
+        if not self.busy_worker_timeout > 0:
+            raise ValueError(f"busy_worker_timeout must be > 0, got {self.busy_worker_timeout}")
+        if self.max_client_requests < 1:
+            raise ValueError(f"max_client_requests must be >= 1, got {self.max_client_requests}")
         if self.max_pending_bytes < self.max_message_bytes:
             raise ValueError(
                 f"max_pending_bytes ({self.max_pending_bytes}) must be >= max_message_bytes "
@@ -182,6 +207,12 @@ class BrokerConfig:
     def expiry_span(self) -> float:
         """Silence after which a peer is dead: ``liveness * heartbeat_interval``."""
         return self.liveness * self.heartbeat_interval
+
+    @property
+    def busy_span(self) -> float:
+        """Silence after which a busy worker that does not heartbeat while busy is dead
+        (FAM-09): ``busy_worker_timeout``, at least ``expiry_span``."""
+        return max(self.busy_worker_timeout, self.expiry_span)
 
     @property
     def pipe_messages(self) -> int:
@@ -205,12 +236,19 @@ class PeerTraits:
       and the events say no DISCONNECT was sent (FAM-03).
     - ``mmi``: its ``mmi.*`` requests are answered by the broker (MDP-M-01); otherwise such a
       name is a service like any other (FAM-04).
+    - ``busy_heartbeats``: the peer heartbeats while busy too (MDP-H-04); otherwise a busy
+      one is dead only after ``busy_worker_timeout`` of silence (FAM-09).
+    - ``neutral``: what the core sends the peer goes in the outbox as a neutral ``CoreCommand``
+      for its dialect's codec to encode (FAM-10), not as MDP/0.2 frames; ``FamilyBroker``
+      gives it to every peer it knows by a key.
     """
 
     heartbeats_expected: bool = True
     heartbeats_sent: bool = True
     disconnect: bool = True
     mmi: bool = True
+    busy_heartbeats: bool = True
+    neutral: bool = False
 
 
 # --- the worker-side transition table ---------------------------------------------------------
@@ -493,6 +531,9 @@ class _Silence:
 
 
 _MDP02_TRAITS: Final = PeerTraits()
+_TO_WORKER, _TO_CLIENT = Role.WORKER, Role.CLIENT
+_REQUEST, _PARTIAL, _FINAL = Command.REQUEST, Command.PARTIAL, Command.FINAL
+_EMPTY_BODY: Final = (b"",)  # FAM-10: what an empty body is to an MDP/0.2 peer
 
 _WORKER_TIMER: Final = 0
 _SILENCE_TIMER: Final = 1
@@ -517,13 +558,16 @@ class Broker:
         self.config = config if config is not None else BrokerConfig()
         self._interval = self.config.heartbeat_interval
         self._span = self.config.expiry_span
+        self._busy_span = self.config.busy_span
         self._max_message = self.config.max_message_bytes
         self._max_held = self.config.max_held_bytes
+        self._draining = False  # MDP-D-34
         self._dispatcher = Dispatcher()
         self._workers: dict[bytes, WorkerRecord] = {}
         self._silenced: dict[bytes, _Silence] = {}
         self._clients: dict[bytes, RequestRecord] = {}  # peer -> its outstanding request
         self._traits: dict[bytes, PeerTraits] = {}  # peers whose traits are not MDP/0.2's
+        self._neutral: dict[bytes, None] = {}  # peers sent neutral commands (FAM-10)
         self._tables: dict[PeerTraits, Mapping[tuple[PeerState, WorkerInput], Transition]] = {}
         # The body bytes of the requests in ``_clients`` (MDP-D-26): added on acceptance,
         # taken off wherever a request leaves ``_clients``.
@@ -533,7 +577,7 @@ class Broker:
         self._timers: DeadlineHeap[tuple[int, Any]] = DeadlineHeap()
         self._compact_at = _COMPACT_SLACK  # heap size that triggers _compact_timers
         self._congested_at = _COMPACT_SLACK  # table size that triggers forgetting
-        self._outbox: list[tuple[bytes, Relayed]] = []
+        self._outbox: list[tuple[bytes, Outbound]] = []
         # Client replies not yet confirmed by ``flushed`` (MDP-D-24), by *sequence number*: the
         # messages ever taken are numbered from 0 in order (``_taken`` so far; the outbox last
         # taken starts at ``_base``). FINALs as the RequestCompleted each will be, with their
@@ -584,9 +628,10 @@ class Broker:
         (``tests/protocol/test_broker_command.py``).
 
         What a message's frames would have had checked is checked here: a service name
-        (MDP-D-01), a reply's client address (MDP-D-02), a body of one frame or more
-        (MDP-C-01, MDP-W-03, MDP-W-04); a command the sender's side has no business sending is
-        MDP/0.2's violation for it (MDP-W-15, MDP-D-16, MDP-C-01).
+        (MDP-D-01), a reply's client address (MDP-D-02); a command the sender's side has no
+        business sending is MDP/0.2's violation for it (MDP-W-15, MDP-D-16, MDP-C-01). A body
+        may have any number of frames, none included (FAM-10): whether its dialect can say
+        that is its codec's business; an empty body reaches an MDP/0.2 peer as one empty frame.
         """
         events = self._advance(now)
         command = message.command
@@ -605,12 +650,7 @@ class Broker:
                 else:
                     self._worker_input(peer, _IN_READY, now, events, service=service)
             elif command in _ADDRESSED:  # PARTIAL, FINAL, and a REQUEST a worker should not send
-                if not message.body:  # the layout first, as MDP/0.2's frames are checked
-                    rule = _ADDRESSED[command]
-                    self._worker_input(
-                        peer, WorkerInput.INVALID, now, events, reason="no body", rule=rule
-                    )
-                elif not mdp.is_valid_address(message.address):
+                if not mdp.is_valid_address(message.address):
                     reason = "client address must be 1-255 bytes"
                     self._worker_input(
                         peer, WorkerInput.INVALID, now, events, reason=reason, rule="MDP-D-02"
@@ -625,11 +665,6 @@ class Broker:
         elif command not in _CLIENT_COMMANDS:
             reason = f"{command.value} is not a client command"
             events.append(ProtocolViolation(peer, "MDP-C-01", reason, "dropped", now))
-        elif not message.body:  # the layout first, as MDP/0.2's frames are checked
-            reason = f"client {command.value} needs a body of one frame or more"
-            events.append(
-                ProtocolViolation(peer, _CLIENT_COMMANDS[command], reason, "dropped", now)
-            )
         elif not mdp.is_valid_service(message.service):
             reason = "service name is not 1-255 printable ASCII bytes"
             events.append(ProtocolViolation(peer, "MDP-D-01", reason, "dropped", now))
@@ -638,6 +673,18 @@ class Broker:
             events.append(ProtocolViolation(peer, "MDP-D-16", reason, "dropped", now))
         else:
             self._client_request(peer, message.service, tuple(message.body), now, events)
+        return events
+
+    def invalid(self, peer: bytes, rule: str, reason: str, now: float) -> list[BrokerEvent]:
+        """``peer`` sent a message its dialect's codec could not read (``rule``, ``reason``):
+        what ``receive`` does with frames that are not MDP/0.2, for a peer of another dialect.
+        A registered or silenced worker is invalid (MDP-W-16: unregistered and silenced), any
+        other peer's message is dropped with a ``ProtocolViolation``."""
+        events = self._advance(now)
+        if peer in self._workers or peer in self._silenced:
+            self._worker_input(peer, WorkerInput.INVALID, now, events, reason=reason, rule=rule)
+        else:
+            events.append(ProtocolViolation(peer, rule, reason, "dropped", now))
         return events
 
     def tick(self, now: float) -> list[BrokerEvent]:
@@ -651,12 +698,19 @@ class Broker:
     def take_outgoing(self) -> list[tuple[bytes, Relayed]]:
         """Drain the outbox: ``(peer, frames)`` pairs to send on the ROUTER, in order.
 
-        Body frames are the very objects ``receive`` was given (MDP-S-03). Taking an outbox
-        says that the one taken before was tried in full (MDP-D-24): send it in order, report
-        each peer that could not take a message with ``peer_congested`` or
+        Every message is MDP/0.2 frames unless a peer was given neutral traits (then use
+        ``take_outbox``). Body frames are the very objects ``receive`` was given (MDP-S-03).
+        Taking an outbox says that the one taken before was tried in full (MDP-D-24): send it
+        in order, report each peer that could not take a message with ``peer_congested`` or
         ``peer_unreachable`` (``unsent``: that message's index in this list) before taking the
         next one, and call ``flushed`` when done.
         """
+        return self.take_outbox()  # type: ignore[return-value]  # frames: no neutral peers
+
+    def take_outbox(self) -> list[tuple[bytes, Outbound]]:
+        """``take_outgoing``, for a broker with neutral peers (``PeerTraits.neutral``): a
+        message to one is the neutral ``CoreCommand`` its codec encodes (FAM-10), a message to
+        any other is MDP/0.2 frames. ``FamilyBroker`` takes its core's outbox so."""
         outbox = self._outbox
         self._outbox = []
         # Numbers matter only while a reply awaits its flush: an outbox taken with none pending
@@ -713,10 +767,25 @@ class Broker:
         """
         if traits is None or traits == _MDP02_TRAITS:
             self._traits.pop(peer, None)
+            self._neutral.pop(peer, None)
         else:
             self._traits[peer] = traits
+            if traits.neutral:
+                self._neutral[peer] = None
+            else:
+                self._neutral.pop(peer, None)
             if traits not in self._tables:
                 self._tables[traits] = worker_transitions_for(traits)
+
+    def stop_taking_requests(self) -> None:
+        """Refuse every new request from now on (``RequestRefused``, ``draining``, MDP-D-34);
+        the requests already taken carry on: a drain before ``shutdown``."""
+        self._draining = True
+
+    @property
+    def draining(self) -> bool:
+        """Whether ``stop_taking_requests`` was called."""
+        return self._draining
 
     def shutdown(self, now: float) -> list[BrokerEvent]:
         """Give up every request and send DISCONNECT to every registered worker (MDP-W-14).
@@ -734,7 +803,7 @@ class Broker:
         for worker in list(self._workers.values()):
             sent = self._disconnects(worker.peer)
             if sent:  # FAM-03
-                self._outbox.append((worker.peer, mdp.DISCONNECT_FRAMES))
+                self._send_leave(worker.peer)
             self._remove_worker(worker, now, events, disconnect_sent=sent, reason="broker-shutdown")
             self._silence(worker.peer, now)
         return events
@@ -850,8 +919,16 @@ class Broker:
             registered_at=w.registered_at,
             last_heard=w.last_heard,
             last_sent=w.last_sent,
-            expires_at=w.last_heard + self._span if self._expires(w.peer) else float("inf"),
+            expires_at=self._expires_at(w),
         )
+
+    def _expires_at(self, worker: WorkerRecord) -> float:
+        traits = self._traits.get(worker.peer) if self._traits else None
+        if traits is None:
+            return worker.last_heard + self._span
+        if not traits.heartbeats_expected:
+            return float("inf")  # FAM-02
+        return worker.last_heard + self._liveness_span(worker, traits)
 
     def _request_view(self, r: RequestRecord) -> RequestView:
         return RequestView(
@@ -945,7 +1022,7 @@ class Broker:
             if traits.heartbeats_sent:
                 at = worker.last_sent + self._interval
             if traits.heartbeats_expected:
-                at = min(at, worker.last_heard + self._span)
+                at = min(at, worker.last_heard + self._liveness_span(worker, traits))
             if at == float("inf"):  # nothing to time: a dialect with no heartbeats at all
                 worker.timer_at = at
                 return
@@ -955,13 +1032,23 @@ class Broker:
     def _dialect_worker_timer(
         self, worker: WorkerRecord, traits: PeerTraits, now: float, events: list[BrokerEvent]
     ) -> None:
-        """``_worker_timer`` for a worker whose dialect may not heartbeat (FAM-01, FAM-02)."""
-        if traits.heartbeats_expected and now >= worker.last_heard + self._span:
+        """``_worker_timer`` for a worker whose dialect may not heartbeat (FAM-01, FAM-02),
+        or not while busy (FAM-09)."""
+        if traits.heartbeats_expected and now >= worker.last_heard + self._liveness_span(
+            worker, traits
+        ):
             self._worker_input(worker.peer, WorkerInput.EXPIRED, now, events)
             return
         if now >= worker.last_sent + self._interval:  # its table says whether to send (FAM-01)
             self._worker_input(worker.peer, WorkerInput.HEARTBEAT_DUE, now, events)
         self._arm_worker_timer(worker)
+
+    def _liveness_span(self, worker: WorkerRecord, traits: PeerTraits) -> float:
+        """How long ``worker`` may be silent: the busy span while it holds a request and its
+        dialect's worker does not heartbeat then (FAM-09), else the liveness span."""
+        if not traits.busy_heartbeats and worker.request is not None:
+            return self._busy_span
+        return self._span
 
     def _silence_timer(
         self, silence: _Silence, deadline: float, now: float, events: list[BrokerEvent]
@@ -1093,13 +1180,16 @@ class Broker:
                 self._register(peer, service, now, events)
             elif step is Action.SEND_HEARTBEAT:
                 assert worker is not None
-                self._send(worker, mdp.HEARTBEAT_FRAMES)
+                worker.last_sent = self._now
+                neutral = self._neutral and peer in self._neutral
+                self._outbox.append((peer, HEARTBEAT if neutral else mdp.HEARTBEAT_FRAMES))
             elif step is Action.SEND_DISCONNECT:
-                self._outbox.append((peer, mdp.DISCONNECT_FRAMES))
+                self._send_leave(peer)
             elif step is Action.UNREGISTER:
                 assert worker is not None
                 if input_ is WorkerInput.EXPIRED:
-                    events.append(WorkerExpired(peer, worker.service, worker.last_heard, now))
+                    busy = worker.request is not None and not self._busy_heartbeats(peer)
+                    events.append(WorkerExpired(peer, worker.service, worker.last_heard, now, busy))
                     self._remove_worker(worker, now, events, disconnect_sent=False, reason=None)
                 else:
                     self._remove_worker(
@@ -1116,26 +1206,42 @@ class Broker:
             elif step is Action.FORGET:
                 del self._silenced[peer]
 
-    def _expires(self, peer: bytes) -> bool:
-        """Whether ``peer`` is expired when silent as a worker (FAM-02)."""
+    def _busy_heartbeats(self, peer: bytes) -> bool:
+        """Whether ``peer`` heartbeats while busy (FAM-09)."""
         traits = self._traits.get(peer) if self._traits else None
-        return traits is None or traits.heartbeats_expected
+        return traits is None or traits.busy_heartbeats
 
     def _disconnects(self, peer: bytes) -> bool:
         """Whether DISCONNECT is sent to ``peer`` (FAM-03)."""
         traits = self._traits.get(peer) if self._traits else None
         return traits is None or traits.disconnect
 
-    def _send(self, worker: WorkerRecord, frames: Relayed) -> None:
-        worker.last_sent = self._now
-        self._outbox.append((worker.peer, frames))
+    def _send_leave(self, peer: bytes) -> None:
+        neutral = self._neutral and peer in self._neutral
+        self._outbox.append((peer, LEAVE if neutral else mdp.DISCONNECT_FRAMES))
 
-    def _send_client(self, peer: bytes, frames: Relayed) -> None:
+    def _send_request(self, worker: WorkerRecord, request: RequestRecord) -> None:
+        """A REQUEST to a worker: MDP/0.2 frames, or a neutral command for its codec."""
+        worker.last_sent = self._now
+        peer = worker.peer
+        body = request.body
+        if self._neutral and peer in self._neutral:
+            command = CoreCommand(_TO_WORKER, _REQUEST, request.service, request.client, body)
+            self._outbox.append((peer, command))
+        else:  # FAM-10: MDP/0.2 has no zero-frame body: one empty frame stands for none
+            frames = (WORKER_HEADER, W_REQUEST, request.client, b"", *(body or _EMPTY_BODY))
+            self._outbox.append((peer, frames))
+
+    def _send_client(self, peer: bytes, command: Command, service: bytes, body: Relayed) -> None:
         """A reply to a client; if that peer is a worker too, it was sent something (MDP-D-05)."""
         worker = self._workers.get(peer)
         if worker is not None:
             worker.last_sent = self._now
-        self._outbox.append((peer, frames))
+        if self._neutral and peer in self._neutral:
+            self._outbox.append((peer, CoreCommand(_TO_CLIENT, command, service, b"", body)))
+        else:  # FAM-10: an empty body goes to an MDP/0.2 client as one empty frame
+            code = C_FINAL if command is _FINAL else C_PARTIAL
+            self._outbox.append((peer, (CLIENT_HEADER, code, service, *(body or _EMPTY_BODY))))
 
     def _register(self, peer: bytes, service: bytes, now: float, events: list[BrokerEvent]) -> None:
         self._silenced.pop(peer, None)
@@ -1212,7 +1318,7 @@ class Broker:
             self._end_request(request, "partial-too-large", worker.peer, now, events)
             return
         request.partials += 1
-        self._send_client(request.client, mdp.client_partial_frames(request.service, body))
+        self._send_client(request.client, _PARTIAL, request.service, body)
         self._cargo.append((self._taken + len(self._outbox) - 1, request.client, request))
         events.append(
             PartialForwarded(
@@ -1236,7 +1342,7 @@ class Broker:
         else:
             del self._clients[request.client]
             self._held_bytes -= request.size
-            self._send_client(request.client, mdp.client_final_frames(request.service, body))
+            self._send_client(request.client, _FINAL, request.service, body)
             # Completed once the runtime has sent it (flushed), dropped if it could not.
             completed = RequestCompleted(
                 request.request_id,
@@ -1254,6 +1360,8 @@ class Broker:
             # Its one request is done: it leaves before it could be handed another.
             self._remove_worker(worker, now, events, disconnect_sent=False, reason="spent")
             return
+        if worker.timer_at > now + self._span:  # its timer was for a busy span (FAM-09)
+            self._arm_worker_timer(worker)
         record = self._dispatcher.service(worker.service)
         assert record is not None
         if record.queue:  # the worker is idle again: a waiting request goes to it
@@ -1290,6 +1398,10 @@ class Broker:
             self._mmi(peer, service, body, now, events)  # FAM-04: only where the dialect has it
             return
         if self._congested and self._refused_as_congested(peer, service, body, now, events):
+            return
+        if self._draining:  # MDP-D-34: a draining broker takes no new request
+            size, held = sum(map(len, body)), self._held_bytes
+            events.append(RequestRefused(peer, service, "draining", size, held, "MDP-D-34", now))
             return
         request = RequestRecord(self._last_request_id + 1, peer, service, body, now)
         size = request.size
@@ -1346,13 +1458,14 @@ class Broker:
     def _mmi(
         self, peer: bytes, service: bytes, body: Relayed, now: float, events: list[BrokerEvent]
     ) -> None:
-        query = bytes(body[0])  # the same object if it is bytes; a (long) view is copied
+        # The same object if it is bytes; a (long) view is copied; no body asks about "".
+        query = bytes(body[0]) if body else b""
         if service == MMI_SERVICE:
             record = self._dispatcher.service(query)
             status = b"200" if record is not None and record.worker_count else b"404"
         else:
             status = b"501"
-        self._send_client(peer, mdp.client_final_frames(service, (status,)))
+        self._send_client(peer, _FINAL, service, (status,))
         replied = MmiReplied(peer, service, query, status, now)
         self._cargo.append((self._taken + len(self._outbox) - 1, peer, replied))
         events.append(replied)
@@ -1474,7 +1587,7 @@ class Broker:
         """Hand waiting requests of one service to its idle workers (work conservation)."""
         while (pair := self._dispatcher.next_assignment(record)) is not None:
             request, worker = pair
-            self._send(worker, mdp.worker_request_frames(request.client, request.body))
+            self._send_request(worker, request)
             events.append(
                 RequestDispatched(
                     request.request_id,

@@ -1,24 +1,34 @@
 """The routing core's neutral commands: what a message of any dialect means, without its frames.
 
 ``Role`` (a client's or a worker's side), ``Command`` (register, request, partial, final,
-heartbeat, leave: ``design.md`` section 7), ``CoreCommand`` (one command with what it carries,
-as ``Broker.command`` takes it) and ``CORE_CODES`` (the core's MDP/0.2 code for each). Kept apart
-from ``broker`` and ``dialects`` so that both can import it and neither imports the other for
-it. ``domo.protocol.dialects`` re-exports every name.
+heartbeat, leave: ``design.md`` section 7) and ``CoreCommand``, one command with what it
+carries. The same record goes both ways: a dialect's codec decodes a peer's message into one
+(``Broker.command`` takes it), and the core's outbox holds one for each message to a dialect
+peer, which that peer's codec encodes (``specs/family.md``, FAM-10). ``CORE_CODES`` is MDP/0.2's
+code for each, the core's own fast path. Kept apart from ``broker`` and ``dialects`` so that
+both can import it and neither imports the other for it; ``domo.protocol.dialects`` re-exports
+every name.
+
+A body is a sequence of frames, relayed as they are; it may be empty, and may hold empty frames
+(FAM-10): each codec says what its dialect can carry.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from enum import Enum
+from typing import Final, NamedTuple
 
 from .mdp import Relayed
 
-__all__ = ["CORE_CODES", "Command", "CoreCommand", "Role"]
+__all__ = ["CORE_CODES", "HEARTBEAT", "LEAVE", "Command", "CoreCommand", "Role"]
 
 
 class Role(Enum):
-    """What a claimed message makes its sender."""
+    """The side of a peer: the sender of a message the broker takes, or the receiver of one it
+    sends."""
+
+    # Members are singletons: hash by identity, in C (they key per-message tables).
+    __hash__ = object.__hash__
 
     CLIENT = "client"
     WORKER = "worker"
@@ -28,6 +38,8 @@ class Command(Enum):
     """The core's commands by what they do (``design.md`` section 7), whatever a dialect
     calls them or however it frames them."""
 
+    __hash__ = object.__hash__
+
     REGISTER = "register"  # a worker offers a service (READY)
     REQUEST = "request"  # a client asks; the broker hands it to a worker
     PARTIAL = "partial"  # part of a reply
@@ -36,15 +48,20 @@ class Command(Enum):
     LEAVE = "leave"  # DISCONNECT, either way
 
 
-@dataclass(frozen=True, slots=True)
-class CoreCommand:
-    """One message of any dialect as the routing core takes it, without its frames
-    (``Broker.command``): who sends it, which command, and what it carries.
+class CoreCommand(NamedTuple):
+    """One message of any dialect as the routing core takes it or sends it, without frames.
 
-    - ``service``: REGISTER's service, a client REQUEST's service.
+    - ``role``: the side of the peer it comes from (``Broker.command``) or goes to (the core's
+      outbox).
+    - ``command``: what it does.
+    - ``service``: REGISTER's service; a client's REQUEST; a reply to a client (the service it
+      asked); a REQUEST to a worker (the service it registered for).
     - ``address``: a worker's PARTIAL or FINAL: the client it answers (as the broker gave it in
-      the REQUEST).
-    - ``body``: REQUEST, PARTIAL and FINAL: the frames of the body, relayed as they are.
+      the REQUEST); a REQUEST to a worker: the client's address, to be returned as it came.
+    - ``body``: REQUEST, PARTIAL and FINAL: the frames of the body, relayed as they are, any
+      number of them (FAM-10).
+
+    A named tuple: made per message on a dialect peer's path, so it must be cheap.
     """
 
     role: Role
@@ -54,8 +71,12 @@ class CoreCommand:
     body: Relayed = ()
 
 
-# The core's own form of each command, by the side of the peer it comes from or goes to: today
-# the routing core speaks MDP/0.2 (``specs/mdp-0.2.md``), so these are RFC 18's codes.
+# What the core sends a worker that carries nothing: one record each, shared.
+HEARTBEAT: Final = CoreCommand(Role.WORKER, Command.HEARTBEAT)
+LEAVE: Final = CoreCommand(Role.WORKER, Command.LEAVE)
+
+# MDP/0.2's form of each command, by the side of the peer it comes from or goes to: the core's
+# own fast path (``specs/mdp-0.2.md``) and the ``mdp02`` codec.
 CORE_CODES: dict[tuple[Role, Command], bytes] = {
     (Role.WORKER, Command.REGISTER): b"\x01",
     (Role.WORKER, Command.REQUEST): b"\x02",

@@ -11,7 +11,7 @@ can ``match`` them exhaustively under ``mypy --strict`` (``typing_extensions.ass
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, fields
+from dataclasses import MISSING, dataclass, fields
 from typing import Any, Literal, TypeAlias, TypeVar
 
 from typing_extensions import dataclass_transform
@@ -33,7 +33,14 @@ def event(cls: type[_T]) -> type[_T]:
     frozen = dataclass(frozen=True, slots=True)(cls)
     names = [field.name for field in fields(frozen)]  # type: ignore[arg-type]
     setters: dict[str, Any] = {f"_set_{n}": getattr(frozen, n).__set__ for n in names}
-    source = f"def __init__(self, {', '.join(names)}):\n" + "".join(
+    parameters = []
+    for field in fields(frozen):  # type: ignore[arg-type]
+        if field.default is MISSING:
+            parameters.append(field.name)
+        else:  # a field added later, with a default so that older callers still work
+            setters[f"_default_{field.name}"] = field.default
+            parameters.append(f"{field.name}=_default_{field.name}")
+    source = f"def __init__(self, {', '.join(parameters)}):\n" + "".join(
         f"    _set_{n}(self, {n})\n" for n in names
     )
     exec(source, setters)  # the same technique dataclasses itself uses to build __init__
@@ -124,6 +131,8 @@ RefusalReason: TypeAlias = Literal[
     "too-large",  # the body is over max_message_bytes (MDP-D-25)
     "broker-full",  # accepting it would take the held request bodies over max_held_bytes (MDP-D-26)
     "client-congested",  # its client's pipe was full a moment ago: it is not reading (MDP-D-29)
+    "draining",  # the broker is draining before it stops: it takes no new request (MDP-D-34)
+    "client-limit",  # its client has max_client_requests outstanding already (FAM-07)
 ]
 
 
@@ -138,12 +147,15 @@ class WorkerRegistered:
 
 @event
 class WorkerExpired:
-    """A worker was silent for ``liveness * heartbeat_interval`` and is gone (MDP-H-05)."""
+    """A worker was silent for ``liveness * heartbeat_interval`` and is gone (MDP-H-05); or,
+    ``busy``, a worker whose dialect's worker is silent while busy held its request for
+    ``busy_worker_timeout`` without a word (FAM-09)."""
 
     worker: bytes
     service: bytes
     last_heard: float
     at: float
+    busy: bool = False
 
 
 @event
@@ -257,9 +269,10 @@ class RequestRefused:
     """A REQUEST was not accepted because of a memory bound: the broker holds nothing of it, and
     its client gets no reply (MDP/0.2 has no error reply for clients); it may retry later.
 
-    ``rule`` is ``MDP-D-25`` (``too-large``), ``MDP-D-26`` (``broker-full``) or ``MDP-D-29``
-    (``client-congested``); ``size`` is the body's bytes, ``held`` the request bytes the broker
-    held when it refused.
+    ``rule`` is ``MDP-D-25`` (``too-large``), ``MDP-D-26`` (``broker-full``), ``MDP-D-29``
+    (``client-congested``) or ``FAM-07`` (``client-limit``: its client has as many outstanding
+    as the broker allows one client); ``size`` is the body's bytes, ``held`` the request bytes
+    the broker held when it refused.
     """
 
     client: bytes

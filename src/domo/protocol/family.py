@@ -1,32 +1,37 @@
-"""``FamilyBroker``: one broker for the Majordomo family, MDP/0.2 at its core.
+"""``FamilyBroker``: one broker for the Majordomo family, on one neutral routing core.
 
-The MDP/0.2 ``Broker`` does the routing (services, queues, dispatch, heartbeats, expiry); this
-layer lets peers of the other dialects (``domo.protocol.dialects``) reach it, and peers on
-several sockets, with the same sans-IO contract (``receive``, ``tick``, ``take_outgoing``,
-``next_deadline``, ``peer_*``, ``shutdown``) plus a *connection*: the number of the socket (or
-other transport link) a message came on, 0 for the first, numbered by the runtime. A peer is
-(connection, routing id); what the broker sends goes to a (connection, routing id).
+The routing core (``Broker``: services, queues, dispatch, heartbeats, expiry) takes neutral
+commands (``Broker.command``) and sends neutral commands to every peer it knows by a key; this
+is the public broker that puts the dialects (``domo.protocol.dialects``, and the layers of the
+stateful ones, ``domo.protocol.layers``) and several sockets around it, with the core's sans-IO
+contract (``receive``, ``tick``, ``take_outgoing``, ``next_deadline``, ``flushed``, ``peer_*``,
+``shutdown``, the views) plus a *connection*: the number of the socket (or other transport
+link) a message came on, 0 for the first, numbered by the runtime. A peer is (connection,
+routing id); what the broker sends goes to a (connection, routing id). It names no dialect: a
+message's dialect is the registry's, and a layer serves the dialects ``layers`` names.
 
-- An MDP/0.2 peer on connection 0 goes straight to the core under its own routing id: nothing is
-  added on its path but two comparisons.
+- An MDP/0.2 peer on connection 0 goes straight to the core under its own routing id, whose
+  own fast path reads and writes its frames: nothing is added on its path but two comparisons.
 - Any other peer is known to the core by a *peer key* made from its connection, routing id,
   envelope (the 28/REQREP address stack) and dialect, so that two clients behind one proxy are
   two peers (REQREP-02), and two sockets' peers never mix though ZeroMQ may give them the same
   routing id. The key is a pure function of these (no counter, no clock): the same peer gets the
   same key in every process, and a key can never equal a routing id libzmq makes (5 bytes,
   ``\\x00`` first) or one an application may set (never ``\\x00`` first).
-- A peer's dialect is the registry's (``dialects.detect``) from its message; what the core sends
-  to a key goes out in that peer's dialect (``dialects.encode_with`` and the dialect's
-  ``Capabilities``), on its connection, to its routing id, behind its envelope. The I/O layer's
-  word that a routing id on a connection is unreachable or congested reaches every key behind it.
+- A peer's dialect is the registry's (``Registry.detect``) from its message, which its codec
+  decodes into a neutral command for the core; what the core sends to a key (a neutral
+  command) goes out in that peer's dialect (its codec's ``encode``, or its layer's), on its
+  connection, to its routing id, behind its envelope, and a PARTIAL never to a client whose
+  dialect has none (``dialects.withheld``). The I/O layer's word that a routing id on a
+  connection is unreachable or congested reaches every key behind it.
 - A key is forgotten once the core holds nothing of it (no request, not a worker, not silenced)
   and the flush that carried its last reply is done (``flushed``, MDP-D-24), so a stream of
   short-lived REQ clients behind a proxy does not grow the broker.
 
-A dialect that needs state of its own (eMQP: credits, message ids, receipts) has a *bridge*
-(``domo.protocol.emqp_bridge``): its messages go to the bridge, which speaks to the core in the
-core's terms; what the core sends its keys is encoded by the bridge; what the core did is shown
-to it (``follow``); what it sends itself goes out first.
+A dialect that needs state of its own (eMQP: credits, message ids, receipts) has a *layer*
+(``domo.protocol.layers``): its messages go to the layer, which speaks to the core in the
+core's neutral terms; what the core sends its keys is encoded by the layer; what the core did
+is shown to it (``follow``); what it sends itself goes out first.
 
 Cross-dialect routing is the core's: a worker of any dialect serves the clients of every dialect,
 and MMI answers every client (``specs/mdp-0.1.md``, ``specs/majortomo.md``, ``specs/reqrep.md``,
@@ -35,10 +40,12 @@ and MMI answers every client (``specs/mdp-0.1.md``, ``specs/majortomo.md``, ``sp
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from enum import Enum
 
-from .broker import Broker, BrokerConfig, PeerState, PeerTraits, WorkerView
+from .broker import Broker, BrokerConfig, Outbound, PeerState, PeerTraits, WorkerView
+from .commands import CoreCommand, Role
 from .dialects import (
     CODECS,
     MDPC02,
@@ -47,11 +54,11 @@ from .dialects import (
     Capabilities,
     Dialect,
     DialectCodec,
+    Invalid,
     Registry,
-    encode_with,
+    withheld,
 )
 from .dialects.mdp02 import MDP02
-from .emqp_bridge import EmqpBridge
 from .events import (
     BrokerEvent,
     MmiReplied,
@@ -59,13 +66,15 @@ from .events import (
     RequestCompleted,
     RequestDropped,
     RequestExpired,
+    RequestRefused,
     WorkerDisconnected,
     WorkerExpired,
     WorkerRegistered,
 )
+from .layers import LAYERS, Layer, LayerFactory
 from .mdp import BodyFrame, Relayed
 
-__all__ = ["FamilyBroker", "Outgoing", "PeerRoute", "peer_key", "traits_of"]
+__all__ = ["FamilyBroker", "Outgoing", "PeerRoute", "peer_key", "request_key_of", "traits_of"]
 
 Outgoing = tuple[int, bytes, Relayed]  # (connection, routing id, frames): one message to send
 
@@ -73,6 +82,8 @@ _KEY_PREFIX = b"\x00\xffdomo:"
 _REGISTERED = (PeerState.IDLE, PeerState.BUSY)
 _UNKNOWN = (MDP02, 0)  # not a family message: the core refuses it, as MDP/0.2's
 _MDP02_HEADERS = (MDPC02, MDPW02)  # an MDP/0.2 message's first frame
+_ENDED = (RequestCompleted, RequestExpired, RequestDropped, MmiReplied)  # events naming a client
+_GONE = (WorkerExpired, WorkerDisconnected)
 _MDP02_NAME = str(Dialect.MDP02.value)
 
 
@@ -87,19 +98,36 @@ def peer_key(
     connection, routing id, envelope, dialect and (for a dialect that keys its requests) the
     request's key, each length-prefixed, so that distinct peers never share a key."""
     parts = [routing_id, *envelope, str(dialect.value).encode()]
-    if request_key is not None:
-        parts.append(request_key)  # one client's requests are clients of their own to the core
     prefix = _KEY_PREFIX + connection.to_bytes(4, "big")
-    return prefix + b"".join(len(p).to_bytes(4, "big") + bytes(p) for p in parts)
+    key = prefix + b"".join(len(p).to_bytes(4, "big") + bytes(p) for p in parts)
+    if request_key is not None:  # one client's requests are clients of their own to the core
+        key = request_key_of(key, request_key)
+    return key
+
+
+def request_key_of(client: bytes, request_key: bytes) -> bytes:
+    """The peer key of request ``request_key`` of the client whose own key is ``client``."""
+    return client + len(request_key).to_bytes(4, "big") + request_key
+
+
+def _service_and_size(codec: DialectCodec, message: Sequence[BodyFrame]) -> tuple[bytes, int]:
+    """The service and body bytes of a client's request of ``codec``'s dialect, for a
+    refusal's event (FAM-07)."""
+    decoded = codec.decode(message)
+    if isinstance(decoded, Invalid):
+        return b"", 0
+    return decoded.service, sum(len(frame) for frame in decoded.body)
 
 
 def traits_of(capabilities: Capabilities) -> PeerTraits:
     """What the core acts on of a dialect's capabilities (``specs/family.md``)."""
     return PeerTraits(
+        neutral=True,  # FAM-10: the core sends it neutral commands, its codec encodes them
         heartbeats_expected=capabilities.worker_heartbeats,  # FAM-02
         heartbeats_sent=capabilities.broker_heartbeats,  # FAM-01
         disconnect=capabilities.disconnect,  # FAM-03
         mmi=capabilities.mmi,  # FAM-04
+        busy_heartbeats=capabilities.busy_heartbeats,  # FAM-09
     )
 
 
@@ -113,6 +141,7 @@ class PeerRoute:
         "context",
         "dialect",
         "envelope",
+        "layer",
         "request_key",
         "routing_id",
         "service",
@@ -137,15 +166,29 @@ class PeerRoute:
         self.codec: DialectCodec = codec if codec is not None else CODECS[Dialect(dialect.value)]
         self.context = context  # what the dialect keeps for the reply (its ``reply_context``)
         self.service: bytes | None = None  # the service it registered, while a worker
-        # For a request key of a bounded dialect: the client it counts against (FAM-05).
+        # For a client's request key: the client it counts against (FAM-05, FAM-07).
         self.client: bytes | None = None
+        self.layer: Layer | None = None  # the stateful dialect's layer that encodes for it
 
 
 class FamilyBroker:
-    """An MDP/0.2 ``Broker`` that also serves MDP/0.1, majortomo's dialect, REQ clients and
-    DCP v1, on any number of connections."""
+    """The family's broker: every dialect of ``registry`` (MDP/0.2, MDP/0.1, majortomo's, REQ
+    clients behind proxies, DCP v1, eMQP/1.0 by default), and the stateful ones through their
+    ``layers``, on one routing core, on any number of connections.
 
-    def __init__(self, config: BrokerConfig | None = None, registry: Registry = REGISTRY) -> None:
+    >>> broker = FamilyBroker(BrokerConfig(heartbeat_interval=1.0))
+    >>> _ = broker.receive(b"W", [b"MDPW02", b"\\x01", b"echo"], now=0.0)
+    >>> _ = broker.receive(b"C", [b"", b"MDPC01", b"echo", b"hi"], now=0.1)  # RFC 7's client
+    >>> [(connection, peer, frames[:2]) for connection, peer, frames in broker.take_outgoing()]
+    [(0, b'W', (b'MDPW02', b'\\x02'))]
+    """
+
+    def __init__(
+        self,
+        config: BrokerConfig | None = None,
+        registry: Registry = REGISTRY,
+        layers: Mapping[Enum, LayerFactory] = LAYERS,
+    ) -> None:
         self.core = Broker(config)
         self.config = self.core.config
         self.registry = registry  # the dialects this broker speaks, in detection order
@@ -156,23 +199,27 @@ class FamilyBroker:
         self._withheld: list[int] = []  # core outbox indexes of the last outbox not sent at all
         # Messages a dialect's ``answer`` sends, ahead of the core's next outbox.
         self._answers: list[Outgoing] = []
-        # Dialects that need state of their own (eMQP: domo.protocol.emqp_bridge) get a bridge;
-        # what it sends itself goes out before the core's, after the answers.
-        self._bridges: dict[Enum, EmqpBridge] = {
-            codec.dialect: EmqpBridge(self)
-            for codec in registry.codecs
-            if codec.dialect is Dialect.EMQP
-        }
-        self.bridged_out: list[Outgoing] = []  # what the bridges send themselves, in order
-        self._answered = 0  # how many answers and bridge messages led the outbox last taken
-        # A bounded keyed dialect's client -> its request keys the broker holds (FAM-05).
+        # Dialects that need state of their own (eMQP: domo.protocol.layers) get a layer, made
+        # here for each of the registry's dialects that ``layers`` names; what a layer sends
+        # itself goes out before the core's, after the answers.
+        self._layers: dict[Enum, Layer] = {}
+        self._sent_by_layers: list[Outgoing] = []  # what the layers send themselves, in order
+        for codec in registry.codecs:
+            factory = layers.get(codec.dialect)
+            if factory is not None:
+                self._layers[codec.dialect] = factory(self)
+        self._answered = 0  # how many answers and layer messages led the outbox last taken
+        # A keyed dialect's client -> its request keys the broker holds (FAM-05, FAM-07), and
+        # the number of its last request, for a dialect whose requests name none (FAM-08).
         self._requests_of: dict[bytes, dict[bytes, None]] = {}
+        self._serials: dict[bytes, int] = {}
+        self._client_limit = self.config.max_client_requests
         # Refusals of requests beyond a client's bound, sent after the core's outbox (FAM-05);
         # and where they began in the outbox last taken, for ``_core_index``.
         self._refusals: list[Outgoing] = []
         self._refusals_at: int | None = None
         self._core_taken = 0  # how many messages the core's outbox last taken had
-        self._traits: dict[Enum, PeerTraits | None] = {}  # per dialect, None for MDP/0.2's
+        self._traits: dict[Enum, PeerTraits] = {}  # per dialect
 
     # -- the sans-IO contract, as Broker's, with the connection ---------------------------------
 
@@ -193,11 +240,11 @@ class FamilyBroker:
         else:
             found = self.registry.detect(frames) or _UNKNOWN
         codec, hops = found
-        if self._bridges and codec.dialect in self._bridges:
-            events = self._bridges[codec.dialect].receive(peer, frames[hops + 1 :], now, connection)
-            self._note(events, follow=False)  # the bridge followed what it made the core do
+        if self._layers and codec.dialect in self._layers:
+            events = self._layers[codec.dialect].receive(peer, frames[hops + 1 :], now, connection)
+            self._note(events, follow=False)  # the layer followed what it made the core do
             return events
-        envelope = tuple(bytes(frame) for frame in frames[:hops])
+        envelope = tuple(bytes(frame) for frame in frames[:hops]) if hops else ()
         message: Sequence[BodyFrame] = frames[hops + 1 :] if codec.delimited else frames
         if codec.check is not None:
             wrong = codec.check(message)
@@ -206,25 +253,35 @@ class FamilyBroker:
                 events.append(ProtocolViolation(peer, wrong[0], wrong[1], "dropped", now))
                 return events
         request_key = None
+        client = None
         if codec.request_key is not None:  # a dialect with several requests per client
             split = codec.request_key(message)
             if split is not None:
+                command = message[1] if len(message) > 1 else b""
+                asks = codec.claims(message[0], command) is Role.CLIENT  # a worker's: not
                 request_key, message = split
-        key = peer_key(peer, envelope, codec.dialect, connection, request_key)
+                client = peer_key(peer, envelope, codec.dialect, connection)
+                if not request_key:  # a request that names none: numbered per client (FAM-08)
+                    serial = self._serials.get(client, 0) + 1
+                    self._serials[client] = serial
+                    request_key = b"#%d" % serial
+                key = request_key_of(client, request_key)
+                if not asks:
+                    client = None
+            else:
+                key = peer_key(peer, envelope, codec.dialect, connection)
+        else:
+            key = peer_key(peer, envelope, codec.dialect, connection)
         route = self._routes.get(key)
         if route is None:
             context = () if codec.reply_context is None else codec.reply_context(message)
             route = PeerRoute(
                 peer, envelope, codec.dialect, connection, request_key, codec, context
             )
-            bound = codec.capabilities.outstanding_per_client
-            if request_key is not None and bound is not None:
-                client = peer_key(peer, envelope, codec.dialect, connection)
-                held = self._requests_of.get(client)
-                if held is not None and len(held) >= bound:  # no route is kept for it
-                    return self._refuse_beyond_bound(route, key, bound, now)
-                self._requests_of.setdefault(client, {})[key] = None
-                route.client = client
+            if client is not None:  # FAM-05, FAM-07: counted against its client
+                refused = self._count(route, key, client, now, message)
+                if refused is not None:  # no route is kept for it
+                    return refused
             self._routes[key] = route
             self._keys_of.setdefault((connection, peer), {})[key] = None
             self._maybe_done[key] = None  # a first message that was refused leaves nothing
@@ -241,37 +298,41 @@ class FamilyBroker:
         return events
 
     def tick(self, now: float) -> list[BrokerEvent]:
+        """Fire every timer due at or before ``now``: the core's, then the layers'."""
         events = self.core.tick(now)
         self._note(events)
-        for bridge in self._bridges.values():
-            bridged = bridge.tick(now)
-            self._note(bridged, follow=False)
-            events += bridged
+        for layer in self._layers.values():
+            own = layer.tick(now)
+            self._note(own, follow=False)
+            events += own
         return events
 
     def next_deadline(self) -> float | None:
+        """When ``tick`` should next be called (it may be early; never late), or None."""
         deadline = self.core.next_deadline()
-        for bridge in self._bridges.values():
-            own = bridge.next_deadline()
+        for layer in self._layers.values():
+            own = layer.next_deadline()
             if own is not None and (deadline is None or own < deadline):
                 deadline = own
         return deadline
 
     def take_outgoing(self) -> list[Outgoing]:
-        """The core's outbox, each message to a (connection, routing id) in its peer's dialect."""
-        outbox = self.core.take_outgoing()
+        """The core's outbox, each message to a (connection, routing id) in its peer's dialect,
+        after what the dialects answered and the layers sent themselves, and before the
+        refusals of requests past a client's bound (FAM-05, FAM-07)."""
+        outbox = self.core.take_outbox()
         if self._withheld:
             self._withheld = []
         if self._answered:
             self._answered = 0
         if self._refusals_at is not None:  # this outbox's refusals, if any, are placed below
             self._refusals_at = None
-        if self._routes or self._answers or self.bridged_out:
+        if self._routes or self._answers or self._sent_by_layers:
             self._core_taken = len(outbox)
             out = self._translate(outbox)
-            if self._answers or self.bridged_out:  # they lead: DCP's answers, the bridges'
-                own = self._answers + self.bridged_out
-                self._answers, self.bridged_out = [], []
+            if self._answers or self._sent_by_layers:  # they lead: DCP's answers, the layers'
+                own = self._answers + self._sent_by_layers
+                self._answers, self._sent_by_layers = [], []
                 self._answered = len(own)
                 out = own + out
             if self._refusals:  # FAM-05: after the core's, in the order they were made
@@ -279,16 +340,17 @@ class FamilyBroker:
                 out += self._refusals
                 self._refusals = []
             return out
+        # Only MDP/0.2 peers on connection 0: their frames, as the core wrote them.
         if len(outbox) == 1:  # the request cycle's usual outbox, without a comprehension
             peer, frames = outbox[0]
-            return [(0, peer, frames)]
-        return [(0, peer, frames) for peer, frames in outbox]
+            return [(0, peer, frames)]  # type: ignore[list-item]
+        return [(0, peer, frames) for peer, frames in outbox]  # type: ignore[misc]
 
     def flushed(self) -> list[RequestCompleted]:
         """As ``Broker.flushed``: the FINALs the runtime sent are completed (MDP-D-24)."""
         events = self.core.flushed()
         if self._routes:
-            self._note(events, follow=False)  # completions: nothing for a bridge to do
+            self._note(events, follow=False)  # completions: nothing for a layer to do
         # Only after the flush: a send that failed was reported to the keys behind its routing id.
         if self._maybe_done:
             self._forget_idle_keys()
@@ -304,8 +366,8 @@ class FamilyBroker:
         events = self.core.peer_unreachable(peer, now, unsent=at) if connection == 0 else []
         for key in list(self._keys_of.get((connection, peer), ())):
             events += self.core.peer_unreachable(key, now, unsent=at)
-        for bridge in self._bridges.values():
-            bridge.peer_gone(peer, connection)
+        for layer in self._layers.values():
+            layer.peer_gone(peer, connection)
         self._note(events)
         return events
 
@@ -327,18 +389,20 @@ class FamilyBroker:
             return None
         if self._refusals_at is not None and index >= self._refusals_at:
             return self._core_taken  # a refusal: every message of the core's was sent before it
-        # A dialect's answers and the bridges' messages lead the outbox: if one of them failed,
+        # A dialect's answers and the layers' messages lead the outbox: if one of them failed,
         # so did every later message to that peer, the core's first included.
         index = max(0, index - self._answered)
-        for withheld in self._withheld:  # ascending
-            if withheld <= index:
+        for skipped in self._withheld:  # ascending
+            if skipped <= index:
                 index += 1
         return index
 
     def shutdown(self, now: float) -> list[BrokerEvent]:
+        """Give up every request and send DISCONNECT to every registered worker (MDP-W-14),
+        each in its dialect; the layers say goodbye in theirs."""
         events = self.core.shutdown(now)
-        for bridge in self._bridges.values():
-            bridge.shutdown()
+        for layer in self._layers.values():
+            events += layer.shutdown(now)
         return events
 
     # -- views ------------------------------------------------------------------------------------
@@ -384,7 +448,7 @@ class FamilyBroker:
         """How many peers the broker knows by a key now (bounded: see the module docstring)."""
         return len(self._routes)
 
-    # -- for bridges (domo.protocol.emqp_bridge) ----------------------------------------------
+    # -- for layers (domo.protocol.layers: the LayerHost protocol) --------------------------
 
     def key_for(
         self,
@@ -395,15 +459,23 @@ class FamilyBroker:
         traits: PeerTraits | None = None,
     ) -> bytes:
         """The peer key of (``connection``, ``peer``) speaking ``codec`` with no envelope, for
-        ``request_key``; its route is made if it is new, and forgotten as any key's. ``traits``:
-        the key's in the core (None: MDP/0.2's)."""
+        ``request_key``; its route is made if it is new (encoded by the dialect's layer), and
+        forgotten as any key's. ``traits``: the key's in the core (None: the dialect's), always
+        neutral (FAM-10)."""
         key = peer_key(peer, (), codec.dialect, connection, request_key)
         if key not in self._routes:
-            self._routes[key] = PeerRoute(peer, (), codec.dialect, connection, request_key, codec)
+            route = PeerRoute(peer, (), codec.dialect, connection, request_key, codec)
+            route.layer = self._layers.get(codec.dialect)
+            self._routes[key] = route
             self._keys_of.setdefault((connection, peer), {})[key] = None
             self._maybe_done[key] = None
-            self.core.set_traits(key, traits)
+            own = self._traits_of(codec) if traits is None else replace(traits, neutral=True)
+            self.core.set_traits(key, own)
         return key
+
+    def send(self, connection: int, peer: bytes, frames: Relayed) -> None:
+        """A layer's own message, sent ahead of the core's next outbox."""
+        self._sent_by_layers.append((connection, peer, frames))
 
     def forget_later(self, key: bytes) -> None:
         """Forget ``key`` after the next flush if the core then holds nothing of it."""
@@ -415,27 +487,83 @@ class FamilyBroker:
     def _to_core(
         self, key: bytes, codec: DialectCodec, message: Sequence[BodyFrame], now: float
     ) -> list[BrokerEvent]:
-        """Hand a dialect peer's message to the core: as frames, or as the neutral command a
-        dialect with ``decode_command`` makes of it."""
-        if codec.decode_command is None:
-            return self.core.receive(key, codec.decode(message), now)
-        command = codec.decode_command(message)
-        if command is None:
-            return self.core.receive(key, (), now)  # none of its commands: garbage
-        return self.core.command(key, command, now)
+        """Hand a dialect peer's message to the core as the neutral command its codec makes
+        of it, or as the invalid message it is (FAM-10)."""
+        decoded = codec.decode(message)
+        if type(decoded) is Invalid:
+            return self.core.invalid(key, decoded.rule, decoded.reason, now)
+        return self.core.command(key, decoded, now)  # type: ignore[arg-type]
 
-    def _traits_of(self, codec: DialectCodec) -> PeerTraits | None:
+    def _traits_of(self, codec: DialectCodec) -> PeerTraits:
         """The core's traits for a peer of ``codec``'s dialect, worked out once per dialect."""
-        if codec.dialect not in self._traits:
-            self._traits[codec.dialect] = traits_of(codec.capabilities)
-        return self._traits[codec.dialect]
+        traits = self._traits.get(codec.dialect)
+        if traits is None:
+            traits = self._traits[codec.dialect] = traits_of(codec.capabilities)
+        return traits
+
+    def _count(
+        self,
+        route: PeerRoute,
+        key: bytes,
+        client: bytes,
+        now: float,
+        message: Sequence[BodyFrame] | None = None,
+        service: bytes = b"",
+    ) -> list[BrokerEvent] | None:
+        """Count request ``key`` against ``client`` (FAM-05, FAM-07), or refuse it: the events
+        of the refusal, nothing kept of it. ``message`` (the codec's) or ``service`` name the
+        request's service for the refusal."""
+        held = self._requests_of.get(client)
+        if held is None:
+            self._requests_of[client] = {key: None}
+        elif len(held) >= self._client_limit or len(held) >= (
+            route.codec.capabilities.outstanding_per_client or self._client_limit
+        ):
+            size = 0
+            if message is not None:
+                service, size = _service_and_size(route.codec, message)
+            return self._refuse_beyond_bound(route, key, len(held), now, service, size)
+        else:
+            held[key] = None
+        route.client = client
+        return None
+
+    def count_request(
+        self, key: bytes, service: bytes, size: int, now: float
+    ) -> list[BrokerEvent] | None:
+        """For a dialect layer that makes its request keys itself (``key_for``): count request
+        ``key`` (for ``service``, a body of ``size`` bytes) against its client, as ``receive``
+        counts a codec's (FAM-07); None if it may go to the core, else the events of its
+        refusal, and the layer keeps nothing of it (nor is its ``refuse`` answer sent: the
+        layer answers in its own terms)."""
+        route = self._routes[key]
+        if route.client is not None:
+            return None  # counted already
+        envelope = tuple(bytes(frame) for frame in route.envelope)
+        client = peer_key(route.routing_id, envelope, route.dialect, route.connection)
+        held = self._requests_of.get(client)
+        if held is None:
+            self._requests_of[client] = {key: None}
+        elif len(held) >= self._client_limit:
+            self._forget_key(key)
+            events = self.core.tick(now)
+            held_bytes = self.core.held_bytes()
+            events.append(
+                RequestRefused(key, service, "client-limit", size, held_bytes, "FAM-07", now)
+            )
+            return events
+        else:
+            held[key] = None
+        route.client = client
+        return None
 
     def _refuse_beyond_bound(
-        self, route: PeerRoute, key: bytes, bound: int, now: float
+        self, route: PeerRoute, key: bytes, held: int, now: float, service: bytes, size: int
     ) -> list[BrokerEvent]:
         """A request beyond its client's bound: the dialect's answer, if any, and a violation
-        (FAM-05). The core does not see it, and nothing is kept of it, so the same key asked
-        again is counted again; the core's timers still come first (MDP-D-03)."""
+        (FAM-05: beyond the dialect's own bound) or a refusal (FAM-07: beyond the broker's
+        ``max_client_requests``). The core does not see it, and nothing is kept of it, so the
+        same key asked again is counted again; the core's timers still come first (MDP-D-03)."""
         events = self.core.tick(now)
         assert route.request_key is not None
         answer = (
@@ -445,27 +573,35 @@ class FamilyBroker:
         )
         if answer is not None:
             self._refusals.append((route.connection, route.routing_id, answer))
-        reason = f"a request beyond the {bound} its client may have outstanding"
-        events.append(ProtocolViolation(key, "FAM-05", reason, "dropped", now))
+        bound = route.codec.capabilities.outstanding_per_client
+        if bound is not None and held >= bound and bound <= self._client_limit:
+            reason = f"a request beyond the {bound} its client may have outstanding"
+            events.append(ProtocolViolation(key, "FAM-05", reason, "dropped", now))
+        else:
+            refused = RequestRefused(
+                key, service, "client-limit", size, self.core.held_bytes(), "FAM-07", now
+            )
+            events.append(refused)
         self._note(events)
         return events
 
-    def _translate(self, outbox: list[tuple[bytes, Relayed]]) -> list[Outgoing]:
+    def _translate(self, outbox: list[tuple[bytes, Outbound]]) -> list[Outgoing]:
+        """The core's outbox for the wire: MDP/0.2 frames to a routing id on connection 0 as
+        they are, a neutral command to a key in its peer's dialect (FAM-10)."""
         routes = self._routes
         out: list[Outgoing] = []
-        for index, (key, frames) in enumerate(outbox):
+        for index, (key, payload) in enumerate(outbox):
             route = routes.get(key)
             if route is None:
-                out.append((0, key, frames))
+                out.append((0, key, payload))  # type: ignore[arg-type]  # MDP/0.2's frames
                 continue
-            bridge = self._bridges.get(route.dialect) if self._bridges else None
-            encode_route = route.codec.encode_route
-            if bridge is not None:
-                encoded = bridge.encode(key, route, frames)
-            elif encode_route is None:
-                encoded = encode_with(route.codec, route.envelope, frames, route.request_key)
+            command: CoreCommand = payload  # type: ignore[assignment]  # a key is neutral
+            if route.layer is not None:
+                encoded = route.layer.encode(key, route, command)
+            elif withheld(route.codec, command):
+                encoded = None  # MDP01-05, REQREP-05, DCP-25: its client takes no PARTIAL
             else:
-                encoded = encode_route(route, frames, routes.get)
+                encoded = route.codec.encode(route, command, routes.get)
             if encoded is not None:
                 out.append((route.connection, route.routing_id, encoded))
             else:
@@ -474,27 +610,31 @@ class FamilyBroker:
 
     def _note(self, events: Sequence[BrokerEvent], follow: bool = True) -> None:
         """Remember the keys whose request or worker just ended: maybe the core forgot them.
-        Bridges see what the core did first (``follow``), and add what that makes it do."""
-        if not self._routes:
+        Layers see what the core did first (``follow``), and add what that makes it do."""
+        routes = self._routes
+        if not routes:
             return
-        if follow and self._bridges:
-            assert isinstance(events, list)  # a bridge appends what it makes the core do
-            for bridge in self._bridges.values():
-                bridge.follow(events)
+        if follow and self._layers:
+            assert isinstance(events, list)  # a layer appends what it makes the core do
+            for layer in self._layers.values():
+                layer.follow(events)
+        maybe_done = self._maybe_done
         for event in events:
-            if isinstance(event, RequestCompleted | RequestExpired | RequestDropped | MmiReplied):
-                peer = event.client
-            elif isinstance(event, WorkerExpired | WorkerDisconnected):
-                peer = event.worker
-            elif isinstance(event, WorkerRegistered):
-                route = self._routes.get(event.worker)
+            kind = type(event)
+            if kind in _ENDED:
+                peer = event.client  # type: ignore[union-attr]
+            elif kind in _GONE:
+                peer = event.worker  # type: ignore[union-attr]
+            elif kind is WorkerRegistered:
+                assert isinstance(event, WorkerRegistered)
+                route = routes.get(event.worker)
                 if route is not None:
                     route.service = event.service  # a dialect may name it in each request
                 continue
             else:
                 continue
-            if peer in self._routes:
-                self._maybe_done[peer] = None
+            if peer in routes:
+                maybe_done[peer] = None
 
     def _forget_idle_keys(self) -> None:
         for key in self._maybe_done:
@@ -502,17 +642,22 @@ class FamilyBroker:
             # again its address and envelope give it the same key.
             if self.core.holds(key) or self.core.worker_state(key) in _REGISTERED:
                 continue
-            route = self._routes.pop(key, None)
-            if route is not None:
-                self.core.set_traits(key, None)
-                if route.client is not None:  # FAM-05: no longer counted against its client
-                    held = self._requests_of[route.client]
-                    del held[key]
-                    if not held:
-                        del self._requests_of[route.client]
-                address = (route.connection, route.routing_id)
-                keys = self._keys_of[address]
-                del keys[key]
-                if not keys:
-                    del self._keys_of[address]
+            self._forget_key(key)
         self._maybe_done.clear()
+
+    def _forget_key(self, key: bytes) -> None:
+        route = self._routes.pop(key, None)
+        if route is None:
+            return
+        self.core.set_traits(key, None)
+        if route.client is not None:  # FAM-05, FAM-07: no longer counted against its client
+            held = self._requests_of[route.client]
+            del held[key]
+            if not held:
+                del self._requests_of[route.client]
+                self._serials.pop(route.client, None)  # FAM-08: numbered afresh
+        address = (route.connection, route.routing_id)
+        keys = self._keys_of[address]
+        del keys[key]
+        if not keys:
+            del self._keys_of[address]

@@ -42,11 +42,13 @@ from .errors import MalformedMessage
 from .events import (
     BrokerEvent,
     MessageDropped,
+    MmiReplied,
     ProtocolViolation,
     RequestCompleted,
     RequestDispatched,
     RequestDropped,
     RequestExpired,
+    RequestQueued,
     WorkerDisconnected,
     WorkerExpired,
     WorkerRegistered,
@@ -181,6 +183,8 @@ class Memo01Broker(FamilyBroker):
         self._sent: dict[tuple[int, bytes], bytes] = {}  # token sent to -> core key (feedback)
         self._timers: DeadlineHeap[tuple[int, bytes, bytes, float]] = DeadlineHeap()
         self._index_map: list[int | None] = []  # take_outgoing's index -> FamilyBroker's
+        # (connection, NNG pipe) -> the ids of workers whose JOB went out on it (MEMO-23)
+        self._answered_on: dict[tuple[int, bytes], dict[bytes, None]] = {}
         self._quiet: set[bytes] = set()  # seats whose registry events are bookkeeping
 
     # -- the sans-IO contract ------------------------------------------------------------------
@@ -193,6 +197,9 @@ class Memo01Broker(FamilyBroker):
         events = self._advance(now)
         if connection not in self.memo_connections:
             self._absorb(super().receive(peer, frames, now, connection), now, events)
+            return events
+        if not frames:  # the runtime's word that the NNG pipe ``peer`` closed (MEMO-23)
+            self._pipe_closed(bytes(peer[:8]), connection, now, events)
             return events
         data = bytes(frames[0]) if len(frames) == 1 else b""
         try:
@@ -295,7 +302,16 @@ class Memo01Broker(FamilyBroker):
         self._by_signature[connection, data] = job
         frames = (mdp.CLIENT_HEADER, mdp.C_REQUEST, message.service.encode("ascii"))
         body = payload_to_body(message.payload)
+        before = len(events)
         self._feed(job.rid, connection, (*frames, *body), now, events)
+        if not any(
+            isinstance(e, RequestQueued | MmiReplied) and e.client == key for e in events[before:]
+        ):
+            # MEMO-22: refused (a memory bound, MDP-D-25/26): nothing of it is kept, so a
+            # resend is a job afresh; its context is released with no reply (MEMO-18).
+            self._jobs.pop(key, None)
+            self._by_signature.pop((connection, data), None)
+            self._reply(connection, token, None)
 
     def _end_job(self, job: _Job, reply: bytes | None) -> None:
         """The job is over: its contexts get ``reply`` (a RESULT) or are released."""
@@ -356,7 +372,7 @@ class Memo01Broker(FamilyBroker):
             # comes: the same bytes there are a RESULT that happens to repeat the last).
             self._release_held(worker)
             self._reply(connection, token, worker.answer)
-            worker.answer_pipe = _pipe(token)
+            self._answer_on(worker, _pipe(token))
             return
         held = worker.token
         if held is not None:
@@ -377,7 +393,7 @@ class Memo01Broker(FamilyBroker):
                 # The echo of a HEARTBEAT, while its JOB waited for a request to answer.
                 self._reply(connection, token, worker.answer)
                 worker.token = None
-                worker.answer_pipe = _pipe(token)
+                self._answer_on(worker, _pipe(token))
                 self._job_sent(worker, now)
             return
         if message.type is MessageType.RESULT and worker.answer_sent:
@@ -401,6 +417,7 @@ class Memo01Broker(FamilyBroker):
         worker.busy = None
         worker.answer = None
         worker.answer_sent = False
+        self._forget_answer_pipe(worker)
         final = (mdp.WORKER_HEADER, _FINAL, worker.client, b"", *payload_to_body(message.payload))
         self._feed(worker.seat(index), worker.connection, final, now, events)
         if message.leaving:  # MEMO-06: it takes no more jobs
@@ -449,8 +466,41 @@ class Memo01Broker(FamilyBroker):
                 self._quiet.add(self._key(worker.connection, rid))
             self._feed(rid, worker.connection, mdp.DISCONNECT_FRAMES, now, events)
         if keep is None:
+            self._forget_answer_pipe(worker)
             for index in range(len(worker.services)):
                 self._seats.pop(self._key(worker.connection, worker.seat(index)), None)
+
+    def _answer_on(self, worker: _Worker, pipe: bytes) -> None:
+        """The worker's JOB went out on NNG pipe ``pipe``: if that pipe closes before its
+        RESULT, the worker is gone (MEMO-23)."""
+        self._forget_answer_pipe(worker)
+        worker.answer_pipe = pipe
+        self._answered_on.setdefault((worker.connection, pipe), {})[worker.id] = None
+
+    def _forget_answer_pipe(self, worker: _Worker) -> None:
+        ids = self._answered_on.get((worker.connection, worker.answer_pipe))
+        if ids is not None:
+            ids.pop(worker.id, None)
+            if not ids:
+                del self._answered_on[worker.connection, worker.answer_pipe]
+        worker.answer_pipe = b""
+
+    def _pipe_closed(
+        self, pipe: bytes, connection: int, now: float, events: list[BrokerEvent]
+    ) -> None:
+        """MEMO-23: NNG pipe ``pipe`` closed: a worker whose JOB went out on it and that has
+        not answered is gone (SIGKILLed, say): its job goes back to its queue now, not at its
+        timeout (MDP-D-08)."""
+        for ident in list(self._answered_on.pop((connection, pipe), ())):
+            worker = self._workers.get(ident)
+            if worker is None or worker.busy is None or not worker.answer_sent:
+                continue
+            worker.answer_pipe = b""
+            why = f"memo01 worker {ident.hex()}'s NNG pipe closed while it held a job (MEMO-23)"
+            events.append(MessageDropped(None, why, now))
+            worker.busy = None
+            self._release_held(worker)
+            self._unseat(worker, now, events, quiet=False)
 
     def _release_held(self, worker: _Worker, reply: bytes | None = None) -> None:
         if worker.token is not None:
@@ -476,12 +526,13 @@ class Memo01Broker(FamilyBroker):
         kind, ident = claimed_sender(data)
         worker = self._workers.get(ident) if ident else None
         is_worker = kind in (MessageType.RESULT, MessageType.HEARTBEAT, MessageType.READY)
+        # The peer to blame is the worker it claims to be, else the NNG pipe it came on: never
+        # None, which a broker's log reads as the broker itself (issue 27, finding 8).
+        culprit = ident or _pipe(token)
         if is_worker:
-            violation = ProtocolViolation(
-                ident or None, error.rule, str(error), "disconnected", now
-            )
+            violation = ProtocolViolation(culprit, error.rule, str(error), "disconnected", now)
         else:
-            violation = ProtocolViolation(ident or None, error.rule, str(error), "dropped", now)
+            violation = ProtocolViolation(culprit, error.rule, str(error), "dropped", now)
         events.append(violation)
         if worker is not None and worker.connection == connection:
             self._release_held(worker)
@@ -671,7 +722,7 @@ class Memo01Broker(FamilyBroker):
             return []  # MEMO-12: a JOB waits for the worker's next request (kept as its answer)
         worker.token = None
         if command == mdp.W_REQUEST:
-            worker.answer_pipe = _pipe(token)
+            self._answer_on(worker, _pipe(token))
             self._job_sent(worker, self.core.now)
         self._sent[connection, token] = key
         return [(connection, token, (message,))]

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import importlib.util
+import logging
 import os
 import shutil
 import signal
@@ -20,6 +21,7 @@ import sys
 import tempfile
 import threading
 import time
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Final, TextIO
@@ -31,6 +33,7 @@ __all__ = [
     "EXIT_INTERRUPTED",
     "EXIT_NO_DATA",
     "EXIT_NO_JAVA",
+    "EXIT_NO_SERVER",
     "EXIT_NO_SPARK",
     "EXIT_OK",
     "EXIT_READ_FAILED",
@@ -50,6 +53,7 @@ EXIT_SCHEMA: Final = 11  # a file of another trace schema version
 EXIT_NO_SPARK: Final = 12  # the spark extra (pyspark, pandas, matplotlib) is not installed
 EXIT_NO_JAVA: Final = 13  # no Java 17+ to run Spark
 EXIT_READ_FAILED: Final = 14  # Spark failed reading a file whose footer looked fine
+EXIT_NO_SERVER: Final = 18  # --remote: no Spark Connect server answers at the URL
 EXIT_INTERRUPTED: Final = 130  # Ctrl-C (SIGINT): 128 + 2, the shell's convention
 
 EXIT_CODES: Final = [
@@ -60,6 +64,7 @@ EXIT_CODES: Final = [
     (EXIT_NO_SPARK, "the spark extra is not installed: pip install 'domo[spark]'"),
     (EXIT_NO_JAVA, "no Java 17 or newer to run Spark (apt-get install openjdk-17-jre-headless)"),
     (EXIT_READ_FAILED, "Spark could not read a trace file (damaged inside)"),
+    (EXIT_NO_SERVER, "--remote: no Spark Connect server answers at that URL"),
     (EXIT_INTERRUPTED, "interrupted (Ctrl-C): no output file was written or changed"),
 ]
 
@@ -195,9 +200,11 @@ def _no_interrupt() -> Iterator[None]:
 class _Spark:
     """The session a report runs on, and how to let go of it on an interrupt.
 
-    A session this run started is stopped, and its JVM too (the JVM of a local or cluster
-    driver runs in this process's gateway); a session that was already running (a caller's
-    own) only has this run's jobs cancelled.
+    While a report runs, SIGINT only raises ``KeyboardInterrupt`` (pyspark's own handler would
+    call into the JVM from inside the signal handler, over the connection the interrupted call
+    is using, and py4j logs the clash as tracebacks). On the interrupt, a session this run
+    started is stopped, and its JVM too; a session that was already running (a caller's own)
+    only has this run's jobs cancelled.
     """
 
     GROUP: Final = "domo-report"
@@ -206,6 +213,28 @@ class _Spark:
         self.session: Any = None
         self.created = False
         self.remote = False
+        self.stopping = False
+        self.interrupt = False  # SIGINT came: whatever Spark raises next is because of it
+        self._previous: Any = None
+        self._quiet = _QuietPy4j()
+        self._py4j_level: int | None = None
+
+    def __enter__(self) -> _Spark:
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGINT, self._on_sigint)
+        logging.getLogger().addFilter(self._quiet)
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        logging.getLogger().removeFilter(self._quiet)
+        if self._py4j_level is not None:
+            logging.getLogger("py4j").setLevel(self._py4j_level)
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)
+
+    def _on_sigint(self, signum: int, frame: object) -> None:
+        self.interrupt = True
+        raise KeyboardInterrupt
 
     def start(self, master: str | None, remote: str | None, driver_memory: str) -> Any:
         from domo.spark import local_session, remote_session
@@ -219,22 +248,33 @@ class _Spark:
 
         self.created = SparkContext._active_spark_context is None
         self.session = local_session(master, app_name="domo report", driver_memory=driver_memory)
-        context = self.session.sparkContext
-        context.setJobGroup(self.GROUP, "domo report", interruptOnCancel=True)
+        if self._previous is not None:  # pyspark put its own in while the context started
+            signal.signal(signal.SIGINT, self._on_sigint)
+        self.session.sparkContext.setJobGroup(self.GROUP, "domo report", interruptOnCancel=True)
         return self.session
 
     def interrupted(self) -> None:
         """Cancel this run's jobs; stop what it started (a second Ctrl-C is ignored meanwhile)."""
+        self.stopping = True
+        # py4j logs the connections the interrupt cut, as it shuts them, with tracebacks
+        self._py4j_level = logging.getLogger("py4j").level
+        logging.getLogger("py4j").setLevel(logging.CRITICAL)
+        if self.created and not self.remote:
+            from domo.spark._session import silence_jvm
+
+            silence_jvm()
         main = threading.current_thread() is threading.main_thread()
         previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if main else None
         try:
-            with contextlib.suppress(Exception):
-                if self.remote and self.session is not None:
-                    self.session.interruptAll()
-                elif self.session is not None:
+            if self.session is not None and not self.created:
+                with contextlib.suppress(Exception):
                     self.session.sparkContext.cancelJobGroup(self.GROUP)
             if self.created:
-                with contextlib.suppress(Exception):
+                with contextlib.suppress(Exception), warnings.catch_warnings():
+                    # pyspark warns that the JVM did not stop cleanly: it is stopped below
+                    warnings.simplefilter("ignore")
+                    if self.remote:
+                        self.session.interruptAll()
                     if self.session is not None:
                         self.session.stop()
                 if not self.remote:
@@ -242,6 +282,16 @@ class _Spark:
         finally:
             if main:
                 signal.signal(signal.SIGINT, previous)
+
+
+class _QuietPy4j(logging.Filter):
+    """Drops py4j's tracebacks of a call cut short by Ctrl-C (logged on the root logger)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        # "KeyboardInterrupt while sending command." and, when pyspark's own SIGINT handler
+        # ran (while the context starts), "Exception while sending command.": its call into
+        # the JVM clashed with the interrupted one. A real failure of a call still raises.
+        return "while sending command" not in record.getMessage()
 
 
 def _stop_gateway() -> None:
@@ -293,31 +343,31 @@ def run(
     """
     stdout = sys.stdout if stdout is None else stdout
     stderr = sys.stderr if stderr is None else stderr
-    spark = _Spark()
-    try:
-        return _run(
-            Path(trace_dir),
-            spark,
-            master=master,
-            remote=remote,
-            html=None if html is None else Path(html),
-            out=None if out is None else Path(out),
-            filters=filters or Filters(),
-            slowest=slowest,
-            driver_memory=driver_memory,
-            follow=follow,
-            interval=interval,
-            stdout=stdout,
-            stderr=stderr,
-        )
-    except KeyboardInterrupt:
-        spark.interrupted()
-        stderr.write("\r\x1b[K" if stderr.isatty() else "")
-        print(
-            "domo report: stopped" if follow else "domo report: interrupted, nothing written",
-            file=stderr,
-        )
-        return EXIT_INTERRUPTED
+    with _Spark() as spark:
+        try:
+            return _run(
+                Path(trace_dir),
+                spark,
+                master=master,
+                remote=remote,
+                html=None if html is None else Path(html),
+                out=None if out is None else Path(out),
+                filters=filters or Filters(),
+                slowest=slowest,
+                driver_memory=driver_memory,
+                follow=follow,
+                interval=interval,
+                stdout=stdout,
+                stderr=stderr,
+            )
+        except KeyboardInterrupt:
+            spark.interrupted()
+            stderr.write("\r\x1b[K" if stderr.isatty() else "")
+            print(
+                "domo report: stopped" if follow else "domo report: interrupted, nothing written",
+                file=stderr,
+            )
+            return EXIT_INTERRUPTED
 
 
 def _run(
@@ -394,7 +444,7 @@ def _run(
         try:
             session = spark.start(master, remote, driver_memory)
         except SparkUnavailable as error:
-            return fail(EXIT_NO_SPARK if remote is not None else EXIT_NO_JAVA, str(error))
+            return fail(EXIT_NO_SERVER if remote is not None else EXIT_NO_JAVA, str(error))
         if not spark.remote:
             progress.spark_context = session.sparkContext
         if follow:
@@ -412,6 +462,8 @@ def _run(
         except NoRequests as error:
             return fail(EXIT_NO_DATA, f"{error} in {directory}")
         except Exception as error:
+            if spark.interrupt:  # pyspark's cleanup of the interrupted call raised anew
+                raise KeyboardInterrupt from error
             if _from_spark(error):
                 return fail(EXIT_READ_FAILED, _read_failure(error, found))
             raise

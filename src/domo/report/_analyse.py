@@ -310,7 +310,7 @@ def finish(
     # percentiles, from the histograms: per group, per dialect, in total, and per worker
     histograms = partial.histograms
     merged: dict[tuple[Any, Any, str], Histogram] = {}
-    per_worker: dict[tuple[Any, Any, str, str], Histogram] = {}
+    per_worker: dict[tuple[Any, str, str], Histogram] = {}
     for dialect, service, worker, metric, bucket, count in zip(
         *(histograms.column(name).to_pylist() for name in histograms.column_names), strict=True
     ):
@@ -319,7 +319,7 @@ def finish(
             counted = merged.setdefault((*level, name), {})
             counted[bucket] = counted.get(bucket, 0) + count
         if worker is not None:
-            key3 = (dialect, service, bytes(worker).hex(), name)
+            key3 = (service, bytes(worker).hex(), name)  # a worker's, whatever the dialect
             counted = per_worker.setdefault(key3, {})
             counted[bucket] = counted.get(bucket, 0) + count
     for row in services:
@@ -397,7 +397,7 @@ def finish(
 def _workers(
     rows: list[dict[str, Any]],
     lives: dict[tuple[str, str], Any],
-    per_worker: dict[tuple[Any, Any, str, str], Histogram],
+    per_worker: dict[tuple[Any, str, str], Histogram],
     start: float,
     end: float,
 ) -> list[dict[str, Any]]:
@@ -415,9 +415,7 @@ def _workers(
         record["expiries"] = life.get("expiries", 0)
         record["disconnects"] = life.get("disconnects", 0)
         record["utilisation"] = record["busy"] / active if active > 0 else None
-        histogram = per_worker.get(
-            (record["dialect"], record["service"], record["worker"], "service_time"), {}
-        )
+        histogram = per_worker.get((record["service"], record["worker"], "service_time"), {})
         _put_percentiles(record, "service_time", histogram)
         workers.append(record)
     for key, life in lives.items():  # registered but never sent a request in the window
@@ -427,7 +425,6 @@ def _workers(
             continue
         workers.append(
             {
-                "dialect": None,
                 "service": key[0],
                 "worker": key[1],
                 "attempts": 0,

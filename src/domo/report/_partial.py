@@ -75,8 +75,9 @@ KINDS: Final[dict[str, tuple[tuple[str, ...], dict[str, str]]]] = {
     ),
     "completions": (("dialect", "service", "second"), {"count": "sum"}),
     "histograms": (("dialect", "service", "worker", "metric", "bucket"), {"count": "sum"}),
+    # per worker, whatever dialect its requests' clients spoke (a worker is one peer)
     "workers": (
-        ("dialect", "service", "worker"),
+        ("service", "worker"),
         {
             "attempts": "sum",
             "completed": "sum",
@@ -545,7 +546,7 @@ def _compute_one(batch: Any, window: Window, keep: int) -> Partial:
     attempt_completed = last & completed[row]
     busy = ended - began
     keys, values = _aggregate(
-        group[row] * len(workers) + worker[:attempts],
+        service[row] * len(workers) + worker[:attempts],
         {
             "attempts": (np.ones(attempts, dtype=np.int64), "sum"),
             "completed": (attempt_completed.astype(np.int64), "sum"),
@@ -555,12 +556,12 @@ def _compute_one(batch: Any, window: Window, keep: int) -> Partial:
             "first_dispatch": (anchor[row] + began, "min"),
             "last_end": (anchor[row] + ended, "max"),
         },
-        groups * len(workers),
+        len(services) * len(workers),
     )
-    group_of, worker_of = np.divmod(keys, len(workers))
+    service_of, worker_of = np.divmod(keys, len(workers))
     worker_table = _table(
         "workers",
-        _names(group_of, dialects, services),
+        {"service": services.take(pa.array(service_of))},
         worker=workers.take(pa.array(worker_of)),
         **values,
     )

@@ -185,9 +185,7 @@ def text(report: Report) -> str:
         f"({PERCENTILE_NOTE})",
         "",
         "Workers (util = busy time / time registered within the window)",
-        _text_table(report.workers, _columns(report, WORKER_COLUMNS))
-        if report.workers
-        else "(no dispatches)",
+        _text_table(report.workers, WORKER_COLUMNS) if report.workers else "(no dispatches)",
         "",
         "Drops by reason and the rule that decided them",
         _text_table(report.drops, _columns(report, DROP_COLUMNS)) if report.drops else "(none)",
@@ -300,7 +298,7 @@ def _plots(report: Report) -> list[tuple[str, str]]:
             color="tab:green",
         )
         axes.set_yticks(
-            range(len(workers)), [f"{_label(row, split)} {row['worker']}" for row in workers]
+            range(len(workers)), [f"{row['service']} {row['worker']}" for row in workers]
         )
         axes.invert_yaxis()
         axes.set_xlabel("utilisation, % of the time registered")
@@ -392,7 +390,7 @@ def page(report: Report) -> str:
         + _html_table(report.services, _columns(report, SERVICE_COLUMNS), PERCENTILE_NOTE + ".")
         + figures
         + "<h2>Workers</h2>"
-        + _html_table(report.workers, _columns(report, WORKER_COLUMNS))
+        + _html_table(report.workers, WORKER_COLUMNS)
         + "<h2>Drops by reason and the rule that decided them</h2>"
         + _html_table(report.drops, _columns(report, DROP_COLUMNS))
         + "<h2>Slowest requests</h2>"
@@ -445,7 +443,6 @@ def _schemas() -> dict[str, Any]:
         ),
         "workers": pa.schema(
             [
-                dialect,
                 ("service", text_),
                 ("worker", text_),
                 ("attempts", i64),

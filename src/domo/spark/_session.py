@@ -12,10 +12,14 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
+import socket
 import sys
 import tempfile
+import threading
+import urllib.parse
 from pathlib import Path
-from typing import Any, Final
+from typing import IO, Any, Final
 
 __all__ = [
     "CONNECT_HINT",
@@ -25,6 +29,7 @@ __all__ = [
     "java_command",
     "local_session",
     "remote_session",
+    "silence_jvm",
 ]
 
 INSTALL_HINT: Final = "this needs the spark extra: pip install 'domo[spark]'"
@@ -51,6 +56,83 @@ logger.native.level = error
 logger.shutdown.name = org.apache.spark.util.ShutdownHookManager
 logger.shutdown.level = error
 """
+
+
+# The one line the JVM prints itself at start (pyspark adds the module), which log4j cannot stop.
+_INCUBATOR_LINE: Final = b"WARNING: Using incubator modules: jdk.incubator.vector"
+_quiet = threading.Event()  # set: the JVM's stderr is dropped (the report was interrupted)
+
+
+def silence_jvm() -> None:
+    """Drop what the JVM this module started writes to stderr from now on.
+
+    After an interrupt the JVM logs the sockets and tasks it lost as warnings with stack
+    traces: nothing a user who pressed Ctrl-C needs to read.
+    """
+    _quiet.set()
+
+
+def _relay(source: IO[bytes], into: Any) -> None:
+    """Copy the JVM's stderr to ours, line by line, minus the incubator line and, once
+    silenced, everything."""
+    with source:
+        for line in iter(source.readline, b""):
+            if _quiet.is_set() or line.rstrip() == _INCUBATOR_LINE:
+                continue
+            try:
+                into.buffer.write(line) if hasattr(into, "buffer") else into.write(
+                    line.decode("utf-8", "replace")
+                )
+                into.flush()
+            except (OSError, ValueError):  # our stderr is closed: nothing to copy to
+                pass
+
+
+def _launch_jvm(master: str, app_name: str, settings: dict[str, str]) -> None:
+    """Start pyspark's JVM gateway with its stderr through ``_relay`` (if none runs yet).
+
+    pyspark would start it itself inside ``getOrCreate``, with the same settings, but with
+    its stderr straight on ours.
+    """
+    from pyspark import SparkConf, SparkContext
+    from pyspark.java_gateway import launch_gateway
+
+    with SparkContext._lock:
+        if SparkContext._gateway is not None:
+            return
+        _quiet.clear()
+        conf = SparkConf(loadDefaults=False).setMaster(master).setAppName(app_name)
+        conf.setAll(list(settings.items()))
+        # The relay reads from the start: if the JVM fails to start, its reasons get through.
+        reader, writer = os.pipe()
+        relay = threading.Thread(
+            target=_relay, args=(os.fdopen(reader, "rb"), sys.stderr), name="domo-jvm-stderr"
+        )
+        relay.daemon = True
+        relay.start()
+        # SIGINT waits until the gateway is recorded: pyspark, interrupted while the JVM starts,
+        # deletes the file the JVM is about to write its port to, and that JVM then never
+        # exits (its main thread dies, its server thread does not; seen here). Once recorded,
+        # an interrupt can stop it. (A handler that only takes note, not a signal mask: the
+        # signal may land on another thread, and Python runs handlers on the main one anyway.)
+        main = threading.current_thread() is threading.main_thread()
+        pending: list[int] = []
+        previous = (
+            signal.signal(signal.SIGINT, lambda number, _: pending.append(number)) if main else None
+        )
+        try:
+            gateway = launch_gateway(conf, popen_kwargs={"stderr": writer})
+            SparkContext._gateway = gateway
+            SparkContext._jvm = gateway.jvm
+        finally:
+            os.close(writer)
+            if main:
+                signal.signal(signal.SIGINT, previous)
+        if pending:
+            if callable(previous):
+                previous(signal.SIGINT, None)
+            elif previous != signal.SIG_IGN:
+                raise KeyboardInterrupt
 
 
 class SparkUnavailable(Exception):
@@ -102,6 +184,15 @@ def remote_session(url: str, *, app_name: str = "domo") -> Any:
     missing = connect_missing()
     if missing is not None:
         raise SparkUnavailable(f"{CONNECT_HINT} ({missing} is missing)")
+    # pyspark's client retries an unreachable server for minutes; a TCP connect says at once.
+    place = urllib.parse.urlsplit(url)
+    if place.scheme != "sc" or not place.hostname:
+        raise SparkUnavailable(f"not a Spark Connect URL: {url!r} (sc://HOST:PORT)")
+    try:
+        with socket.create_connection((place.hostname, place.port or 15002), timeout=10):
+            pass
+    except OSError as error:
+        raise SparkUnavailable(f"cannot reach Spark Connect at {url}: {error}") from error
     try:
         session = SparkSession.builder.remote(url).appName(app_name).getOrCreate()
         session.range(1).collect()  # the first call is the one that reaches the server
@@ -154,6 +245,7 @@ def local_session(
     for key, value in settings.items():
         builder = builder.config(key, value)
     try:
+        _launch_jvm(master or "local[*]", app_name, settings)
         session = builder.getOrCreate()
     except Exception as error:  # PySparkRuntimeError [JAVA_GATEWAY_EXITED] and the like
         if "JAVA_GATEWAY_EXITED" in str(error) or "Java gateway" in str(error):

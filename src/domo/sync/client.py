@@ -28,80 +28,62 @@ new one opened and the request resent; after ``retries`` resends the request rai
 
 from __future__ import annotations
 
-import logging
+import contextlib
 import math
+import select
 import threading
 import time
-from collections import deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Iterable, Iterator, Sequence
 from types import TracebackType
 from typing import Any, Final, Self
 
 import zmq
+import zmq.backend
 
 from domo.curve import CurveClient
 from domo.endpoints import EndpointRing
-from domo.protocol import ClientConfig, ClientSession, ClientState, mdp
-from domo.protocol.events import ClientEvent, PartialReceived, ReconnectRequired
-from domo.runtime import (
-    REPLY_EVENTS,
-    ClientClosed,
-    Reply,
-    final_body,
-    log_event,
-    service_name,
-)
+from domo.protocol import ClientConfig, mdp
+from domo.protocol.events import ClientEvent, PartialReceived
+from domo.runtime import Body, ClientClosed, Reply, as_frames, final_body, service_name
+from domo.runtime.slots import ReplyStreamBase, Slot
 
 from ._socket import readable, receive, send
 
-__all__ = ["Client", "ReplyStream", "call"]
+_get: Any = zmq.backend.Socket.get
+_EVENTS: Final = int(zmq.EVENTS)
+_FD: Final = int(zmq.FD)
 
-logger = logging.getLogger("domo.client")
+__all__ = ["Client", "ReplyStream", "call"]
 
 _POLLIN: Final = int(zmq.POLLIN)  # ints: an enum costs a Python call per operation
 _POLLOUT: Final = int(zmq.POLLOUT)
 _poll: Any = zmq.zmq_poll
 
 
-class _Slot:
-    """One session and its DEALER, used by one thread at a time."""
+class _Slot(Slot):
+    """A slot (``domo.runtime.slots``) and its DEALER, used by one thread at a time."""
 
     def __init__(self, client: Client) -> None:
+        super().__init__(client.config, client.endpoints)
         self.client = client
-        self.session = ClientSession(client.config)
-        self.endpoints = EndpointRing(client.endpoints)  # each slot moves on by itself
         self.socket: zmq.Socket[bytes] | None = None
-        self.reconnect = True  # open a new socket before the next use
-        self.unsent: deque[tuple[bytes, ...]] = deque()  # taken from the outbox; pipe was full
-        self.replies: deque[ClientEvent] = deque()
-        self.collecting = False
+        self.mask = _POLLIN  # what to wait for: with messages left unsent, room to send too
 
     def now(self) -> float:
         return max(time.monotonic(), self.session.now)
 
-    def handle(self, events: list[ClientEvent]) -> None:
-        for event in events:
-            if isinstance(event, ReconnectRequired):
-                self.reconnect = True
-                self.unsent.clear()  # they belonged to the socket being given up
-            if self.collecting and isinstance(event, REPLY_EVENTS):
-                self.replies.append(event)
-                self.collecting = isinstance(event, PartialReceived)
-            else:
-                log_event(logger, event)
-
     def connect(self) -> zmq.Socket[bytes]:
         """The socket, replaced first (linger 0) if the session gave the old one up."""
-        if self.reconnect or self.socket is None:
+        socket = self.socket
+        if self.reconnect_at is not None or socket is None:
             self.drop()
             self.client._check_open()
-            self.socket = self.client._context.socket(zmq.DEALER)
+            socket = self.socket = self.client._context.socket(zmq.DEALER)
             if self.client.curve is not None:
-                self.client.curve.apply(self.socket)
-            self.socket.connect(self.endpoints.next())  # failover: MDP-D-28
-            self.reconnect = False
-            self.handle(self.session.connected(self.now()))
-        return self.socket
+                self.client.curve.apply(socket)
+            socket.connect(self.endpoints.next())  # failover: MDP-D-28
+            self.connected(self.now())
+        return socket
 
     def drop(self) -> None:
         socket, self.socket = self.socket, None
@@ -109,53 +91,63 @@ class _Slot:
             socket.close(linger=0)
 
     def start(self, service: bytes, body: mdp.Frames) -> None:
+        """Hand a request to the session and send it (what does not fit waits for room)."""
         socket = self.connect()
+        now = self.now()
         # A stray reply that reached the idle socket is read now, with no request outstanding,
         # so that it is dropped (MDP-D-20) rather than taken for this request's.
         while readable(socket):
-            self.handle(self.session.receive(receive(socket), self.now()))
-        self.collecting = True
-        self.handle(self.session.request(service, body, self.now()))
+            self.received(receive(socket), now)
+        self.begin(service, body, now)
+        self.mask = _POLLIN if self.flush() else _BOTH
+
+    def transmit(self, frames: tuple[bytes, ...]) -> bool:
+        return send(self.socket, frames)  # type: ignore[arg-type]
+
+    def send(self) -> zmq.Socket[bytes]:
+        """Send what the session queued, on a new socket if it gave the old one up."""
+        socket = self.connect()
+        self.mask = _POLLIN if self.flush() else _BOTH
+        return socket
+
+    def step(self, readable: bool) -> None:
+        """After a wait: read the message that is ready, or tick the session; then send."""
+        now = self.now()
+        if readable:
+            self.received(receive(self.socket), now)  # type: ignore[arg-type]
+        else:
+            self.ticked(now)
+        if self.reconnect_at is None:
+            self.mask = _POLLIN if self.flush() else _BOTH
+        elif self.collecting:  # a resend, on a new socket (none for a request that is over)
+            self.send()
 
     def next_reply(self) -> ClientEvent:
-        """Send what the session queued, wait for a reply or a deadline; the next reply event."""
+        """Wait for a reply or a deadline until the request has its next reply event."""
         replies = self.replies
         session = self.session
         while not replies:
-            socket = self.connect()
-            unsent = self.unsent
-            unsent.extend(session.take_outgoing())
-            full = False
-            while unsent:
-                if not send(socket, unsent[0]):  # the pipe is full: wait for room
-                    full = True
-                    break
-                unsent.popleft()
-            deadline = session.next_deadline()
-            timeout = -1
-            if deadline is not None:
-                timeout = max(0, math.ceil((deadline - time.monotonic()) * 1000))
+            socket = self.send() if self.reconnect_at is not None else self.socket
+            timeout = _timeout(session.next_deadline())
             if self.client._closed:
                 raise ClientClosed("the client was closed")
-            events = _poll([(socket, _POLLIN | _POLLOUT if full else _POLLIN)], timeout)
-            now = self.now()
-            if events and events[0][1] & _POLLIN:
-                self.handle(session.receive(receive(socket), now))
-            else:
-                self.handle(session.tick(now))
+            events = _poll([(socket, self.mask)], timeout)
+            self.step(bool(events) and bool(events[0][1] & _POLLIN))
         return replies.popleft()
 
-    def cancel(self) -> None:
-        """Give up the request in progress; the socket is replaced before the next one."""
-        if self.session.state in (ClientState.WAITING, ClientState.RECONNECTING):
-            self.handle(self.session.cancel(self.now()))
-        self.collecting = False
-        self.replies.clear()
-
     def close(self) -> None:
-        if self.session.state is not ClientState.CLOSED:
-            self.handle(self.session.close(self.now()))
+        self.end(self.now())
         self.drop()
+
+
+_BOTH: Final = _POLLIN | _POLLOUT
+
+
+def _timeout(deadline: float | None) -> int:
+    """zmq_poll's timeout (ms, -1 for none) until ``deadline``."""
+    if deadline is None or deadline == math.inf:
+        return -1
+    return max(0, math.ceil((deadline - time.monotonic()) * 1000))
 
 
 class Client:
@@ -228,18 +220,108 @@ class Client:
     def request(self, service: str | bytes, *frames: bytes) -> list[bytes]:
         """Send a request and return the body of its FINAL (PARTIALs are skipped)."""
         name = service_name(service)
-        slot = self._acquire()
+        slot = self._take()
         try:
             slot.start(name, frames)  # the session checks the service and the body
             event = slot.next_reply()
             while isinstance(event, PartialReceived):
                 event = slot.next_reply()
         except BaseException:
-            slot.cancel()  # KeyboardInterrupt, say: the socket is replaced before the next use
+            slot.cancel(slot.now())  # Ctrl-C, say: the socket is replaced before the next use
             self._release(slot)
             raise
         self._release(slot)
         return final_body(name, event)
+
+    def map(
+        self, service: str | bytes, bodies: Iterable[Body], *, window: int | None = None
+    ) -> Generator[list[bytes], None, None]:
+        """One request per body, up to ``window`` in flight (default: ``concurrency``) from the
+        calling thread alone; yields each FINAL body in the order of ``bodies``.
+
+        A body is ``bytes`` (one frame) or a sequence of ``bytes``. Each request is sent as soon
+        as a session is free, and all the sessions' sockets are waited on at once, so one thread
+        keeps ``window`` requests going without a thread per request. A request that fails
+        raises at its place in the order (``RequestTimeout``, ``RemoteError``); closing the
+        iterator early, or an error, cancels the requests still in flight.
+        """
+        name = mdp.check_service(service_name(service))
+        window = self.concurrency if window is None else window
+        if window < 1:
+            raise ValueError(f"window must be >= 1, got {window}")
+        return self._map(name, iter(bodies), min(window, self.concurrency))
+
+    def _map(
+        self, name: bytes, bodies: Iterator[Body], window: int
+    ) -> Generator[list[bytes], None, None]:
+        taken: list[_Slot] = []  # the sessions this map holds
+        free: list[_Slot] = []
+        busy: dict[_Slot, int] = {}  # session -> the index of its request
+        done: dict[int, ClientEvent] = {}  # index -> the event that ended its request
+        sent = yielded = 0
+        more = True
+        earliest = math.inf  # no later than the earliest deadline of the sessions in ``busy``
+        sockets = _Sockets()
+        try:
+            while True:
+                while yielded in done:
+                    event = done.pop(yielded)
+                    yielded += 1
+                    yield final_body(name, event)
+                # Keep ``window`` requests in flight while there are bodies.
+                while more and (free or len(taken) < window):
+                    if free:
+                        slot = free.pop()
+                    else:
+                        got = self._acquire(wait=not taken)
+                        if got is None:
+                            break
+                        slot = got
+                        taken.append(slot)
+                    try:
+                        body = next(bodies)
+                    except StopIteration:
+                        more = False
+                        free.append(slot)
+                        break
+                    slot.start(name, as_frames(body))
+                    sockets.touched(slot)
+                    busy[slot] = sent
+                    sent += 1
+                    due = slot.session.next_deadline()
+                    if due is not None and due < earliest:
+                        earliest = due
+                if not busy:
+                    if more:
+                        continue
+                    return
+                # Wait on every busy session's socket at once, until the earliest deadline.
+                # ``earliest`` is never later than it: a reply or a failure only takes a
+                # deadline away, and every deadline set since (a request, a resend, a PARTIAL)
+                # is now + timeout, later than those already there. A wake-up at ``earliest``
+                # may find nothing due; it then looks at every session's deadline again.
+                if self._closed:
+                    raise ClientClosed("the client was closed")
+                for slot, events in sockets.wait(_timeout(earliest)):
+                    if slot in busy:
+                        slot.step(bool(events & _POLLIN))
+                        _collect(slot, busy, done, free, sockets)
+                if earliest <= time.monotonic():
+                    earliest = math.inf
+                    for slot in list(busy):
+                        due = slot.session.next_deadline()
+                        if due is not None and due <= slot.now():
+                            slot.step(False)
+                            _collect(slot, busy, done, free, sockets)
+                            due = slot.session.next_deadline() if slot in busy else None
+                        if due is not None and due < earliest:
+                            earliest = due
+        finally:
+            for slot in taken:
+                if slot in busy:
+                    slot.cancel(slot.now())
+                slot.finish()
+                self._release(slot)
 
     def stream(self, service: str | bytes, *frames: bytes) -> ReplyStream:
         """The replies to a request: each PARTIAL, then the FINAL (``Reply.final`` is true).
@@ -247,14 +329,13 @@ class Client:
         Use ``with`` around it to cancel the request if you stop reading early. The timeout
         restarts with each reply received.
         """
-        name = service_name(service)
-        return ReplyStream(self, mdp.check_service(name), mdp.check_body(frames))
+        return ReplyStream(self, service_name(service), frames)
 
     def _check_open(self) -> None:
         if self._closed:
             raise ClientClosed("the client is closed")
 
-    def _acquire(self) -> _Slot:
+    def _acquire(self, wait: bool = True) -> _Slot | None:
         with self._lock:
             while True:
                 self._check_open()
@@ -264,12 +345,18 @@ class Client:
                     slot = _Slot(self)
                     self._slots.append(slot)
                     return slot
+                if not wait:
+                    return None
                 self._released.wait()
 
+    def _take(self) -> _Slot:
+        slot = self._acquire()
+        assert slot is not None
+        return slot
+
     def _release(self, slot: _Slot) -> None:
-        slot.collecting = False
-        slot.replies.clear()
-        if slot.reconnect:
+        slot.finish()
+        if slot.reconnect_at is not None:
             slot.drop()  # not left open until the next request replaces it
         with self._lock:
             if not self._closed:
@@ -283,15 +370,86 @@ class Client:
             self._context.term()
 
 
-class ReplyStream:
+def _collect(
+    slot: _Slot,
+    busy: dict[_Slot, int],
+    done: dict[int, ClientEvent],
+    free: list[_Slot],
+    sockets: _Sockets,
+) -> None:
+    """After ``slot`` stepped: move its request's ending event (PARTIALs are skipped) to
+    ``done``, or have its socket checked before the next wait."""
+    replies = slot.replies
+    while replies:
+        event = replies.popleft()
+        if not isinstance(event, PartialReceived):
+            done[busy.pop(slot)] = event
+            slot.finish()
+            free.append(slot)
+            return
+    sockets.touched(slot)
+
+
+class _Sockets:
+    """Several slots' sockets waited on at once, for ``Client.map``.
+
+    ``zmq_poll`` reads every socket's EVENTS before it sleeps and again when it wakes (each
+    read is two system calls in libzmq). Here the sockets' ZMQ_FDs are waited on in one
+    ``poll(2)``, and EVENTS is read only for a socket that was used since it was last read
+    (``touched``: a send or receive may have consumed its FD's wake-up) or whose FD fired.
+    """
+
+    def __init__(self) -> None:
+        self._poller = select.poll()
+        self._by_fd: dict[int, _Slot] = {}
+        self._fd_of: dict[_Slot, tuple[zmq.Socket[bytes], int]] = {}
+        self._check: dict[_Slot, None] = {}  # in order, once each
+
+    def touched(self, slot: _Slot) -> None:
+        """``slot`` used its socket (or has a new one): read its EVENTS before the next sleep."""
+        socket = slot.socket
+        assert socket is not None
+        known = self._fd_of.get(slot)
+        if known is None or known[0] is not socket:
+            if known is not None:
+                self._by_fd.pop(known[1], None)
+                with contextlib.suppress(KeyError):
+                    self._poller.unregister(known[1])
+            fd: int = _get(socket, _FD)
+            self._poller.register(fd, select.POLLIN)
+            self._by_fd[fd] = slot
+            self._fd_of[slot] = (socket, fd)
+        self._check[slot] = None
+
+    def wait(self, timeout: int) -> list[tuple[_Slot, int]]:
+        """The slots whose socket is ready (for what their ``mask`` says), with its EVENTS;
+        sleeps up to ``timeout`` ms (-1: no limit) first if none is. May be empty."""
+        ready = self._ready(list(self._check))
+        self._check.clear()
+        if ready:
+            return ready
+        by_fd = self._by_fd
+        woken = [slot for fd, _ in self._poller.poll(timeout) if (slot := by_fd.get(fd))]
+        return self._ready(woken)
+
+    @staticmethod
+    def _ready(slots: list[_Slot]) -> list[tuple[_Slot, int]]:
+        ready = []
+        for slot in slots:
+            socket = slot.socket
+            if socket is not None:
+                events: int = _get(socket, _EVENTS) & slot.mask
+                if events:
+                    ready.append((slot, events))
+        return ready
+
+
+class ReplyStream(ReplyStreamBase[_Slot]):
     """The replies of one request, as an iterator; see ``Client.stream``."""
 
-    def __init__(self, client: Client, service: bytes, body: mdp.Frames) -> None:
+    def __init__(self, client: Client, service: bytes, body: Sequence[bytes]) -> None:
+        super().__init__(service, body)
         self._client = client
-        self._service = service
-        self._body = body
-        self._slot: _Slot | None = None
-        self._done = False
 
     def __enter__(self) -> Self:
         return self
@@ -308,28 +466,19 @@ class ReplyStream:
         try:
             slot = self._slot
             if slot is None:
-                slot = self._slot = self._client._acquire()
+                slot = self._slot = self._client._take()
                 slot.start(self._service, self._body)
             event = slot.next_reply()
         except BaseException:
             self.abort()
             raise
-        if isinstance(event, PartialReceived):
-            return Reply(list(event.body), final=False)
-        self._finish()
-        return Reply(final_body(self._service, event), final=True)
+        return self._reply(event)
 
-    def abort(self) -> None:
-        """Cancel the request if it is still in progress (nothing more will be read)."""
-        if self._slot is not None:
-            self._slot.cancel()
-        self._finish()
+    def _cancel(self, slot: _Slot) -> None:
+        slot.cancel(slot.now())
 
-    def _finish(self) -> None:
-        self._done = True
-        slot, self._slot = self._slot, None
-        if slot is not None:
-            self._client._release(slot)
+    def _release(self, slot: _Slot) -> None:
+        self._client._release(slot)
 
 
 def call(

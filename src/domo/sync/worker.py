@@ -50,6 +50,7 @@ from domo.runtime import (
     log_event,
     service_name,
 )
+from domo.runtime.liveness import receive_waiting
 
 from ._socket import readable, receive, send
 
@@ -217,28 +218,47 @@ class _Serving:
         deadline = self.session.next_deadline()
         if deadline is not None:
             timeout = min(timeout, deadline - time.monotonic())
-        _poll(
+        ready = _poll(
             [(socket, _POLLIN | _POLLOUT if full else _POLLIN)], max(0, math.ceil(timeout * 1000))
         )
-        self._step(socket)
+        self._step(socket, bool(ready) and bool(ready[0][1] & _POLLIN))
 
-    def _step(self, socket: zmq.Socket[bytes]) -> None:
-        """Read what is ready, tick the session if nothing was, and send what it queued."""
+    def _step(self, socket: zmq.Socket[bytes], ready: bool = False) -> None:
+        """Read what is ready, tick the session if nothing was, and send what it queued.
+
+        ``ready``: the wait has just seen a message. Only that one is read then: the next wait
+        returns at once if another is there (it reads EVENTS first), which costs less than
+        reading EVENTS here after every request.
+        """
         now = self._now()
         session = self.session
+        # A message found waiting was heard in time, even if this thread woke late: the
+        # heartbeat thread, say, starved on a loaded machine (domo.runtime.liveness).
         received = 0
-        while received < BATCH and readable(socket):
-            self._handle(session.receive(receive(socket), now))
-            received += 1
-        if not received:
+        if ready:
+            self._handle(receive_waiting(session, receive(socket), now))
+            received = 1
+        else:
+            while received < BATCH and readable(socket):
+                self._handle(receive_waiting(session, receive(socket), now))
+                received += 1
+        if session.now != now:  # nothing was read, or a late batch: fire what is due now
             self._handle(session.tick(now))
-        elif not self._heard:
+        if received and not self._heard:
             self._heard = True
             if self._on_broker_heard is not None:
                 self._on_broker_heard()
         self._flush(socket)
         if self._reconnect_at is not None:
             self._close()
+
+    def _catch_up(self, now: float) -> None:
+        """Past the broker's expiry (this thread and the heartbeat thread held up longer than
+        the broker's span): read what waits in the socket first, heard in time."""
+        expires = self.session.broker_expires_at
+        socket = self._socket
+        if expires is not None and now >= expires and socket is not None:
+            self._step(socket)
 
     def _handle(self, events: list[WorkerEvent]) -> None:
         for event in events:
@@ -277,6 +297,9 @@ class _Serving:
         """Queue a PARTIAL or the FINAL and send it; False if the request was given up."""
         if self.session.current_request != number:
             return False
+        self._catch_up(self._now())
+        if self.session.current_request != number:
+            return False  # what was waiting made the session give the request up
         self._handle(method(body, self._now()))
         if self._socket is not None:
             self._flush(self._socket)

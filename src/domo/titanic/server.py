@@ -25,6 +25,7 @@ import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
+from typing import TypeVar, cast
 
 import trio
 
@@ -45,7 +46,6 @@ from .protocol import (
     Outcome,
     Purge,
     Refused,
-    StoreRequest,
     TitanicConfig,
     TitanicMachine,
     status,
@@ -63,11 +63,17 @@ RequestFn = Callable[[bytes, Sequence[bytes]], Awaitable[list[bytes]]]
 ProbeFn = Callable[[bytes], Awaitable[list[bytes]]]
 
 
+T = TypeVar("T")
+
+
 @dataclass
-class _Commit:
-    request: StoreRequest
+class _Write:
+    """A write waiting for the next group commit, then its result or its error."""
+
+    operation: Callable[[], object]
     done: trio.Event
-    error: str | None = None
+    result: object = None
+    error: StoreError | None = None
 
 
 class TitanicServer:
@@ -88,7 +94,7 @@ class TitanicServer:
         self.machine = TitanicMachine(config)
         self._new_id = new_id
         self._clock = clock
-        self._batch: list[_Commit] = []
+        self._batch: list[_Write] = []
         self._commit_wanted = trio.Event()
         self._tick_wanted = trio.Event()
         # What happened, for logs and tests.
@@ -112,13 +118,11 @@ class TitanicServer:
         if isinstance(step, Refused):
             self.counts["refused"] += 1
             return step.reply
-        commit = _Commit(step, trio.Event())
-        self._batch.append(commit)
-        self._commit_wanted.set()
-        await commit.done.wait()
-        if commit.error is not None:
-            logger.error("request not stored: %s", commit.error)
-            return self.machine.not_stored(step, commit.error, self.now())
+        try:
+            await self.write(partial(self.store.add, [step]))
+        except StoreError as error:
+            logger.error("request not stored: %s", error)
+            return self.machine.not_stored(step, str(error), self.now())
         self.counts["stored"] += 1
         self._tick_wanted.set()
         return self.machine.stored(step, self.now())
@@ -141,7 +145,7 @@ class TitanicServer:
         if isinstance(request_id, list):
             return request_id
         try:
-            self.store.delete(request_id)
+            await self.write(partial(self.store.delete, request_id))
         except StoreError as error:
             logger.error("titanic.close: %s", error)
             return [status(ERROR, str(error))]
@@ -149,8 +153,23 @@ class TitanicServer:
 
     # --- commits -------------------------------------------------------------------------------
 
+    async def write(self, operation: Callable[[], T]) -> T:
+        """Run a store write in the next group commit; its result once it is on disk.
+
+        Every write ready at once (the handlers of all sessions, the dispatcher's replies) goes
+        into one transaction: one commit, one fsync at ``synchronous=full``, for all of them
+        (TSP-D-01). ``StoreError`` if this write (not another one of the group) failed.
+        """
+        write = _Write(operation, trio.Event())
+        self._batch.append(write)
+        self._commit_wanted.set()
+        await write.done.wait()
+        if write.error is not None:
+            raise write.error
+        return cast(T, write.result)
+
     async def run_commits(self) -> None:
-        """Commit the requests waiting for it, all of them in one transaction, until cancelled."""
+        """Commit the writes waiting for it, all of them in one transaction, until cancelled."""
         while True:
             await self._commit_wanted.wait()
             self._commit_wanted = trio.Event()
@@ -159,12 +178,22 @@ class TitanicServer:
             if not batch:
                 continue
             try:
-                self.store.add([commit.request for commit in batch])
-            except StoreError as error:
-                for commit in batch:
-                    commit.error = str(error)
-            for commit in batch:
-                commit.done.set()
+                with self.store.transaction():
+                    results = [write.operation() for write in batch]
+            except StoreError:
+                # One of them failed (a full disk, say), and the commit with it: do each alone,
+                # so that only the one that cannot be done is refused.
+                for write in batch:
+                    try:
+                        with self.store.transaction():
+                            write.result = write.operation()
+                    except StoreError as error:
+                        write.error = error
+            else:
+                for write, result in zip(batch, results, strict=True):
+                    write.result = result
+            for write in batch:
+                write.done.set()
 
     # --- request execution ---------------------------------------------------------------------
 
@@ -232,7 +261,7 @@ class TitanicServer:
         except RequestError as error:
             return NoAnswer(str(error))
         try:
-            self.store.finish(dispatch.request_id, reply, self.now())
+            await self.write(partial(self.store.finish, dispatch.request_id, reply, self.now()))
         except StoreError as error:
             logger.error("reply to %s not stored: %s", dispatch.request_id.decode(), error)
             return NoAnswer(f"reply not stored: {error}")

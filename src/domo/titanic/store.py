@@ -25,6 +25,7 @@ from __future__ import annotations
 import os
 import sqlite3
 from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from typing import Final, Literal, Protocol
 
 from .protocol import Record, RecordState, StoreRequest, pack_frames, unpack_frames
@@ -52,7 +53,11 @@ class StoreLocked(StoreError):
 
 
 class Store(Protocol):
-    """What the Titanic runtime needs of a storage. Each write is durable when it returns."""
+    """What the Titanic runtime needs of a storage. Each write is durable when it returns,
+    or, inside ``transaction()``, when the transaction ends (all its writes or none)."""
+
+    def transaction(self) -> AbstractContextManager[None]:
+        """Group the writes made inside into one commit (TSP-D-01's group commit)."""
 
     def add(self, requests: Sequence[StoreRequest]) -> None:
         """Store new pending requests, all or none, in one commit."""
@@ -100,6 +105,10 @@ def _check_writable(path: str) -> None:
     """Refuse a file (or, for a new one, a directory) this process may not write: SQLite would
     open it read-only and fail later, less clearly (TSP-D-08)."""
     directory = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(directory):
+        raise StoreError(
+            f"{path}: no directory {directory} (Titanic makes the file, not its directory)"
+        )
     if os.path.exists(path) and not os.access(path, os.W_OK):
         raise StoreError(f"{path} is read-only (Titanic must write to it)")
     if not os.access(directory, os.W_OK):  # the -wal file is made beside it
@@ -126,6 +135,7 @@ class SqliteStore:
             raise ValueError(f"synchronous must be one of {SYNCHRONOUS}, got {synchronous!r}")
         self.path = os.fspath(path)
         self.synchronous = synchronous
+        self._grouped = False  # inside transaction(): writes do not commit on their own
         _check_writable(self.path)
         try:
             # isolation_level=None: we say BEGIN and COMMIT ourselves; timeout 0: a file held by
@@ -185,10 +195,37 @@ class SqliteStore:
                 db.execute("ROLLBACK")
             raise
 
-    # --- writes: each one transaction ----------------------------------------------------------
+    # --- writes: each one transaction, or part of the one ``transaction()`` opened -----------
+
+    @contextmanager
+    def transaction(self) -> Iterator[None]:
+        """One commit for every write inside: all of them are on disk when it ends, or none."""
+        db = self._db
+        if self._grouped:  # nested: the outer one commits
+            yield
+            return
+        try:
+            db.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as error:
+            raise StoreError(_plain(error, self.path)) from None
+        self._grouped = True
+        try:
+            yield
+            db.execute("COMMIT")
+        except sqlite3.Error as error:
+            raise StoreError(_plain(error, self.path)) from None
+        finally:
+            self._grouped = False
+            if db.in_transaction:
+                db.execute("ROLLBACK")
 
     def _write(self, sql: str, rows: Sequence[tuple[object, ...]]) -> int:
         db = self._db
+        if self._grouped:
+            try:
+                return db.executemany(sql, rows).rowcount
+            except sqlite3.Error as error:
+                raise StoreError(_plain(error, self.path)) from None
         try:
             db.execute("BEGIN IMMEDIATE")
             try:

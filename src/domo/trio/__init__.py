@@ -1,6 +1,7 @@
 """domo's Trio runtime: the sans-IO MDP/0.2 core driven over ZeroMQ (pyzmq) with Trio.
 
-- ``serve_broker(*endpoints)``: a broker on one ROUTER (``broker.py``).
+- ``serve_broker(*endpoints)``: a broker on one ROUTER (``broker.py``); ``Drain`` to stop it
+  without losing what is in flight (``_drain.py``, MDP-D-34).
 - ``Client``: requests, with timeouts, retries and streaming replies (``client.py``);
   ``call()`` for synchronous scripts.
 - ``run_worker(endpoint, service, handler)``: serve a service with an async handler
@@ -18,6 +19,7 @@ sockets and the machines and sleeps until the next socket event or the core's ne
 
 from __future__ import annotations
 
+from ._drain import Drain
 from ._transport import EAGAIN, EHOSTUNREACH, SENT, Connection, Transport, ZmqTransport
 from .broker import serve_broker
 from .client import Client, Reply, ReplyStream, call
@@ -39,6 +41,7 @@ __all__ = [
     "ClientClosed",
     "Connection",
     "DomoError",
+    "Drain",
     "Handler",
     "Partial",
     "RemoteError",

@@ -15,6 +15,13 @@ starts at ``initial`` contexts and doubles while fewer than a quarter are free t
 when the pipe takes it; while ``hwm`` replies wait so, ``send`` answers ``EAGAIN`` (the core
 treats it as ZeroMQ's, MDP-D-15).
 
+Bounds and authentication: NNG takes in no message longer than the broker's
+``max_message_bytes`` plus room for the longest memo01 header (``MEMO_HEADER_ROOM``) and req0's
+backtrace; a peer that
+sends one has its connection closed before the broker holds it (as ZeroMQ's ``ZMQ_MAXMSGSIZE``,
+MDP-D-25). ``nng+tls+tcp://`` endpoints speak NNG's TLS transport with client certificates
+required, from a ``domo.curve.NngTls`` (CURVE, being ZeroMQ's, does not reach this socket).
+
 Needs the ``nng`` extra (pynng); ``domo.trio`` imports this module only for an ``nng+`` endpoint.
 """
 
@@ -24,7 +31,7 @@ import itertools
 import logging
 import socket
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import suppress
 from typing import Any, Final
 
@@ -32,10 +39,23 @@ import pynng
 import trio
 from pynng import _nng
 
+from domo.curve import CurveError, NngTls
+from domo.protocol.dialects.memo01 import parse
+from domo.protocol.errors import MalformedMessage
+from domo.protocol.events import BrokerEvent, ConnectionClosed, RequestRefused
 from domo.protocol.mdp import BodyFrame
 from domo.runtime.pumping import EAGAIN, EHOSTUNREACH, SENT
 
-__all__ = ["NNG_SCHEME", "NngConnection", "is_nng", "nng_url"]
+__all__ = [
+    "BACKTRACE_ROOM",
+    "MEMO_HEADER_ROOM",
+    "NNG_SCHEME",
+    "NngConnection",
+    "is_nng",
+    "is_tls",
+    "nng_url",
+    "tls_server_config",
+]
 
 logger = logging.getLogger("domo.transport")
 
@@ -43,6 +63,19 @@ NNG_SCHEME: Final = "nng+"  # nng+tcp://host:port, nng+ipc:///path: memo01 on NN
 _lib: Any = _nng.lib
 _ffi: Any = _nng.ffi
 _SHUTDOWN_WAIT_MS: Final = 100  # a last reply (DISCONNECT) may wait this long at shutdown
+# The longest memo01 header (MEMO-03: a READY of 256 names of 255 bytes, each with a 2-byte CBOR
+# length; the array's own bytes and the rest of the header in the 1 KiB): an NNG message may be
+# this much longer than max_message_bytes, which bounds bodies (MDP-D-25).
+MEMO_HEADER_ROOM: Final = 256 * (255 + 2) + 1024
+# What NNG counts against its receive size besides: req0's backtrace, 4 bytes a hop (8 hops).
+BACKTRACE_ROOM: Final = 32
+TLS_SCHEME: Final = "tls+tcp://"
+# What a closed connection may mean (MDP-D-31, as on ZeroMQ): NNG closes the pipe of a peer that
+# sends a message over its receive size exactly as when the peer goes.
+CLOSED_REASON: Final = (
+    "by its peer, or by NNG for a message over max_message_bytes (MDP-D-25); NNG does not tell "
+    "which"
+)
 
 
 def is_nng(endpoint: str) -> bool:
@@ -53,6 +86,28 @@ def is_nng(endpoint: str) -> bool:
 def nng_url(endpoint: str) -> str:
     """The NNG URL of an ``nng+`` endpoint."""
     return endpoint[len(NNG_SCHEME) :]
+
+
+def is_tls(endpoint: str) -> bool:
+    """Whether ``endpoint`` is an NNG TLS endpoint (``nng+tls+tcp://...``)."""
+    return is_nng(endpoint) and nng_url(endpoint).startswith(TLS_SCHEME)
+
+
+def tls_server_config(tls: NngTls) -> pynng.TLSConfig:
+    """NNG's server-side TLS settings from ``tls``: client certificates required, checked
+    against its allow-list; ``CurveError`` if NNG cannot use the files."""
+    try:
+        return pynng.TLSConfig(
+            pynng.TLSConfig.MODE_SERVER,
+            cert_key_file=str(tls.cert_file),
+            ca_string=tls.allowed,
+            auth_mode=pynng.TLSConfig.AUTH_MODE_REQUIRED,
+        )
+    except pynng.NNGException as error:
+        raise CurveError(
+            f"NNG's TLS cannot use {tls.cert_file} and {tls.allow_file}: {error} (a PEM "
+            "certificate and its key in the first, PEM certificates in the second)"
+        ) from None
 
 
 def _send_within(context: pynng.Context, data: bytes, timeout_ms: int) -> int:
@@ -94,15 +149,50 @@ class NngConnection:
     """A bound rep0 socket driven as a broker connection; see the module docstring."""
 
     def __init__(
-        self, endpoint: str, *, hwm: int = 10_000, initial: int = 16, limit: int = 10_000
+        self,
+        endpoint: str,
+        *,
+        hwm: int = 10_000,
+        initial: int = 16,
+        limit: int = 10_000,
+        max_message_bytes: int | None = None,
+        tls: NngTls | None = None,
+        per_pipe: int = 1000,
+        on_event: Callable[[list[BrokerEvent]], None] | None = None,
+        held_bytes: Callable[[], int] = lambda: 0,
     ) -> None:
+        """``max_message_bytes``: the longest body taken in (NNG closes the connection of a
+        peer that sends more, with room for the header). ``tls``: required for, and only for,
+        an ``nng+tls+tcp://`` endpoint. ``per_pipe``: the requests one NNG connection may have
+        held at once (its workers' and its jobs'); one more is released unanswered.
+        ``on_event``: told of each connection that closes (``ConnectionClosed``, MDP-D-31: by
+        its peer, or by NNG for a message over the bound, which NNG does not tell apart) and of
+        each request refused over ``per_pipe`` (``RequestRefused``, FAM-07, with
+        ``held_bytes()`` as the bytes the broker held then)."""
         self.endpoint = endpoint
+        if is_tls(endpoint) != (tls is not None):
+            raise ValueError(
+                f"{endpoint}: an nng+tls+tcp:// endpoint needs TLS settings (domo.curve.NngTls), "
+                "and only such an endpoint takes them"
+            )
+        self._tls = tls
+        self._on_event = on_event
+        self._held_bytes = held_bytes
+        self._per_pipe = per_pipe
+        self.refused = 0  # requests released for being over ``per_pipe``
         self._socket = pynng.Rep0()
         try:
+            if max_message_bytes is not None:
+                self._socket.recv_max_size = max_message_bytes + MEMO_HEADER_ROOM + BACKTRACE_ROOM
+            if tls is not None:
+                self._socket.tls_config = tls_server_config(tls)
             self._listener = self._socket.listen(nng_url(endpoint))
         except BaseException:
             self._socket.close()
             raise
+        self._address = nng_url(self.bound())  # where a TLS reload listens again
+        if tls is not None:
+            tls.subscribe(self.reload_tls)
         self._hwm = hwm
         self._initial = initial
         self._limit = limit
@@ -123,11 +213,37 @@ class NngConnection:
         self._trio_token: trio.lowlevel.TrioToken | None = None
         self._socket.add_post_pipe_remove_cb(self._on_pipe_removed)
 
+    def reload_tls(self) -> bool:
+        """Re-open the listener with ``tls``'s files as they are now (after ``NngTls.reload``).
+
+        NNG fixes a listener's TLS settings when it starts, so the listener is closed and a new
+        one opened on the same address: its connections close too, and the peers the new
+        allow-list admits reconnect (NNG's dialers retry); a removed certificate is shut out at
+        once. Returns False, with the old settings kept, if the new ones cannot be used.
+        """
+        assert self._tls is not None
+        try:
+            config = tls_server_config(self._tls)
+        except CurveError as error:
+            logger.error(
+                "NNG TLS not reloaded on %s, the previous settings stay: %s", self.endpoint, error
+            )
+            return False
+        address = self._address
+        self._listener.close()
+        self._socket.tls_config = config
+        try:
+            self._listener = self._socket.listen(address)
+        except pynng.NNGException as error:
+            logger.error("%s could not listen again after a TLS reload: %s", self.endpoint, error)
+            return False
+        return True
+
     def bound(self) -> str:
         """The endpoint as bound (a tcp port 0 resolved)."""
         url = nng_url(self.endpoint)
-        if url.startswith("tcp://") and url.rsplit(":", 1)[-1] == "0":
-            # pynng gives the port as NNG keeps it, in network byte order (nng_sockaddr_in).
+        if url.startswith(("tcp://", TLS_SCHEME)) and url.rsplit(":", 1)[-1] == "0":
+            # pynng gives the port as NNG keeps it, in network byte order
             port = socket.ntohs(self._listener.local_address.port)
             return f"{NNG_SCHEME}{url.rsplit(':', 1)[0]}:{port}"
         return self.endpoint
@@ -162,16 +278,25 @@ class NngConnection:
                 message = await slot.context.arecv_msg()
             finally:
                 self._receiving -= 1
-            if self._receiving * 4 < len(self._slots) and len(self._slots) < self._limit:
-                self._grow.set()  # few contexts left free to receive: double the pool
             pipe = message.pipe.id if message.pipe is not None else 0
+            data = message.bytes
+            # Not kept in this frame: the slot waits here until its next request, and its last
+            # one's NNG message (a 3 MiB JOB, say) would live until then (issue 27: 30 refused
+            # JOBs left 54 MiB held by idle contexts).
+            del message
             token = (pipe & 0xFFFFFFFFFFFFFFFF).to_bytes(8, "big") + next(self._numbers).to_bytes(
                 8, "big"
             )
+            held_here = self._held_per_pipe.get(token[:8], 0)
+            if held_here >= self._per_pipe:
+                self._refuse_over_cap(token[:8], held_here, data)
+                del data
+                continue  # the next receive on this context releases the request unanswered
             slot.decided = trio.Event()
             self._held[token] = slot
-            self._held_per_pipe[token[:8]] = self._held_per_pipe.get(token[:8], 0) + 1
-            self._inbox.append([token, message.bytes])
+            self._held_per_pipe[token[:8]] = held_here + 1
+            self._inbox.append([token, data])
+            del data
             self._arrived.set()
             await slot.decided.wait()
             reply, slot.reply = slot.reply, None
@@ -182,7 +307,33 @@ class NngConnection:
                     logger.debug("memo01 reply not sent: %s", error)
                 finally:
                     self._sending -= 1
+                    reply = None  # nor is a reply kept while the slot waits for its next request
             # A new receive on this context drops a request it holds unanswered (a release).
+
+    def _refuse_over_cap(self, pipe: bytes, held: int, data: bytes) -> None:
+        """A connection already has ``per_pipe`` requests held (workers waiting, jobs in
+        flight): one more is released unanswered (memo01 has no refusal answer, MEMO-18), as
+        the core refuses a client over ``max_client_requests`` (FAM-07: for memo01 the client is
+        the NNG connection), reported as ``RequestRefused`` (``client-limit``) and counted: one
+        peer cannot take the whole pool, nor the memory and the core's time its requests would
+        cost (issue 27: READYs of 256 names without end)."""
+        self.refused += 1
+        if self._on_event is None:
+            return
+        try:
+            service = parse(data).service.encode("ascii")  # a JOB's; b"" for a READY
+        except MalformedMessage:
+            service = b""
+        refused = RequestRefused(
+            pipe,
+            service,
+            "client-limit",
+            len(data),
+            self._held_bytes(),
+            "FAM-07",
+            trio.current_time(),
+        )
+        self._on_event([refused])
 
     # -- Connection --------------------------------------------------------------------------
 
@@ -195,7 +346,23 @@ class NngConnection:
 
     def receive(self, limit: int) -> list[list[BodyFrame]]:
         inbox = self._inbox
-        return [inbox.popleft() for _ in range(min(limit, len(inbox)))]
+        taken = [inbox.popleft() for _ in range(min(limit, len(inbox)))]
+        self._consider_growing()
+        return taken
+
+    def _consider_growing(self) -> None:
+        """Double the pool (MEMO-21) when the core holds more than three quarters of its
+        contexts: workers waiting for a job, jobs in flight.
+
+        Contexts whose request the pump has not read yet do not count: under a flood of
+        messages the pump releases at once (garbage, say), growing the pool would only let the
+        flood in faster (it grew to 10,000 contexts, 10,000 tasks that crowded the ZeroMQ pumps
+        out, issue 27). Held at its size, NNG stops reading a pipe none of its contexts can take
+        a message from, and takes the pipes in turn: the flooder waits, as on a ZeroMQ ROUTER.
+        """
+        held_by_core = len(self._held) - len(self._inbox)
+        if held_by_core * 4 > len(self._slots) * 3 and len(self._slots) < self._limit:
+            self._grow.set()
 
     def readable(self) -> bool:
         return bool(self._inbox)
@@ -211,6 +378,13 @@ class NngConnection:
     def _pipe_gone(self, pipe: bytes) -> None:
         if self._held_per_pipe.get(pipe):
             self._dead_pipes.add(pipe)
+        # The broker hears of it as a message of no frames from the pipe: a busy memo01
+        # worker whose JOB went out on it is gone, and its job goes back at once (MEMO-23).
+        self._inbox.append([pipe])
+        self._arrived.set()
+        if self._on_event is not None:
+            closed = ConnectionClosed(self.endpoint, CLOSED_REASON, "MDP-D-31", trio.current_time())
+            self._on_event([closed])
 
     def _spend(self, token: bytes, slot: _Slot) -> None:
         del self._held[token]
@@ -246,6 +420,8 @@ class NngConnection:
         return SENT
 
     def close(self, linger: float) -> None:
+        if self._tls is not None:
+            self._tls.unsubscribe(self.reload_tls)
         if self._scope is not None:
             self._scope.cancel()
         for slot in self._slots:

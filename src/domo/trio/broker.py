@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from functools import partial
 from typing import Any
 
@@ -32,13 +32,14 @@ import trio
 import zmq
 from zmq.utils.monitor import parse_monitor_message
 
-from domo.curve import CurveServer, ZapHandler
+from domo.curve import CurveServer, NngTls, ZapHandler
 from domo.protocol import BrokerConfig
 from domo.protocol.events import BrokerEvent, ConnectionClosed
 from domo.protocol.family import FamilyBroker
 from domo.protocol.mdp import BodyFrame
 from domo.runtime.pumping import RoutedOutbox
 
+from ._drain import Drain
 from ._pump import RouterPump, log_event
 from ._transport import Connection, Transport, ZmqConnection, ZmqTransport
 
@@ -61,6 +62,26 @@ def require_nng() -> Any:
 
 
 logger = logging.getLogger("domo.broker")
+NNG_TLS_SCHEME = "nng+tls+tcp://"  # memo01 on NNG's TLS transport, client certificates required
+
+
+def _check_nng_security(
+    endpoints: Iterable[str], curve: CurveServer | None, nng_tls: NngTls | None
+) -> None:
+    """No NNG endpoint may serve unauthenticated peers beside CURVE ones (issue 27): under
+    CURVE each must be TLS; a TLS endpoint needs its certificates."""
+    for endpoint in endpoints:
+        if not endpoint.startswith(NNG_SCHEME):
+            continue
+        tls = endpoint.startswith(NNG_TLS_SCHEME)
+        if curve is not None and not tls:
+            raise ValueError(
+                f"{endpoint}: CURVE does not cover NNG endpoints; under CURVE serve memo01 on "
+                "nng+tls+tcp:// with client certificates (docs/security.md)"
+            )
+        if tls and nng_tls is None:
+            raise ValueError(f"{endpoint}: an nng+tls+tcp:// endpoint needs nng_tls")
+
 
 # What a closed connection may mean (MDP-D-31): libzmq reports a connection it closed for a frame
 # over ZMQ_MAXMSGSIZE exactly as one its peer closed, so both are said.
@@ -89,6 +110,20 @@ async def _report_closed(
         monitor.close(0)
 
 
+def _gated(
+    receive: Callable[..., list[BrokerEvent]],
+    admit: Callable[[Sequence[BodyFrame], float], bool],
+) -> Callable[..., list[BrokerEvent]]:
+    """``receive`` behind a gate: a message ``admit`` refuses never reaches the core."""
+
+    def gated(
+        peer: bytes, frames: Sequence[BodyFrame], now: float, *more: Any
+    ) -> list[BrokerEvent]:
+        return receive(peer, frames, now, *more) if admit(frames, now) else []
+
+    return gated
+
+
 async def serve_broker(
     *endpoints: str,
     config: BrokerConfig | None = None,
@@ -99,6 +134,9 @@ async def serve_broker(
     hwm: int = 10_000,
     linger: float = 0.5,
     curve: CurveServer | None = None,
+    admit: Callable[[Sequence[BodyFrame], float], bool] | None = None,
+    nng_tls: NngTls | None = None,
+    drain: Drain | None = None,
     task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve MDP/0.2 on ``endpoints`` (any mix of tcp://, ipc://, inproc://) until cancelled.
@@ -123,11 +161,19 @@ async def serve_broker(
     ``trace_dir``: write request traces there (``domo.trace``, needs pyarrow; docs/traces.md).
     ``curve`` (``domo.curve.CurveServer``): CURVE on every endpoint, with the broker's key pair;
     if it has an allow-list, a ZAP handler in the broker's context admits only those client and
-    worker keys (``AllowList.reload`` re-reads it; docs/security.md).
+    worker keys (``AllowList.reload`` re-reads it; docs/security.md). CURVE does not reach NNG:
+    with ``curve`` given, every NNG endpoint must be ``nng+tls+tcp://`` (``ValueError`` if not).
+    ``nng_tls`` (``domo.curve.NngTls``): the certificates of ``nng+tls+tcp://`` endpoints, which
+    admit only peers whose client certificate its allow-list vouches for.
+    ``drain`` (``domo.trio.Drain``): once begun, new requests are refused and the ones taken
+    finish (MDP-D-34); the caller cancels this task after ``drain.finished`` (or its time).
+    ``admit(frames, now)``, if given, sees each message (routing id removed) before the core
+    and drops it by answering False: the gate of a Binary Star pair (``domo.binarystar``).
     """
     if not endpoints:
         raise ValueError("serve_broker needs at least one endpoint")
     nng = [index for index, endpoint in enumerate(endpoints) if endpoint.startswith(NNG_SCHEME)]
+    _check_nng_security(endpoints, curve, nng_tls)
     broker: FamilyBroker
     if nng:
         # memo01 on NNG (specs/memo01.md): the same core behind a layer that speaks it. The
@@ -137,6 +183,8 @@ async def serve_broker(
         broker = memo_layer.Memo01Broker(config, memo_connections=nng, memo=memo_config)
     else:
         broker = FamilyBroker(config)  # MDP/0.2, and the dialects of domo.protocol.dialects
+    if admit is not None:
+        broker.receive = _gated(broker.receive, admit)  # type: ignore[method-assign]
     recorder = None
     if trace_dir is not None:
         from domo.trace import TraceRecorder  # pyarrow is an extra; import only when tracing
@@ -184,7 +232,16 @@ async def serve_broker(
             if endpoint.startswith(NNG_SCHEME):
                 from ._nng import NngConnection  # pynng: the nng extra, checked above
 
-                nng_conn = NngConnection(endpoint, hwm=socket_hwm, limit=socket_hwm)
+                nng_conn = NngConnection(
+                    endpoint,
+                    hwm=socket_hwm,
+                    limit=socket_hwm,
+                    max_message_bytes=limits.max_message_bytes,
+                    tls=nng_tls if endpoint.startswith(NNG_TLS_SCHEME) else None,
+                    per_pipe=limits.max_client_requests,  # FAM-07: memo01's client is its pipe
+                    on_event=emit,
+                    held_bytes=broker.core.held_bytes,
+                )
                 conns.append(nng_conn)
                 nng_conns.append(nng_conn)
                 bound.append(nng_conn.bound())
@@ -213,6 +270,8 @@ async def serve_broker(
                     nursery.start_soon(pump.run)
                 for conn in watched:  # closed connections are reported (MDP-D-31)
                     nursery.start_soon(_report_closed, conn, emit)
+                if drain is not None:
+                    nursery.start_soon(drain.run, broker.core)
         finally:
             # The pumps have stopped: this task is now the only user of every socket.
             now = max(trio.current_time(), broker.now)

@@ -37,9 +37,7 @@ socket, waking a request that waits on one with ``ClientClosed``.
 
 from __future__ import annotations
 
-import logging
 import math
-from collections import deque
 from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
 from types import TracebackType
@@ -50,66 +48,49 @@ import zmq
 
 from domo.curve import CurveClient
 from domo.endpoints import EndpointRing
-from domo.protocol import ClientConfig, ClientSession, ClientState, mdp
-from domo.protocol.events import (
-    ClientEvent,
-    PartialReceived,
-    ReconnectRequired,
-    RequestSent,
-)
-from domo.runtime.replies import REPLY_EVENTS as _REPLY_EVENTS
+from domo.protocol import ClientConfig, mdp
+from domo.protocol.events import ClientEvent, PartialReceived
 from domo.runtime.replies import Reply
 from domo.runtime.replies import final_body as _final_body
 from domo.runtime.replies import service_name as _service_name
+from domo.runtime.slots import ReplyStreamBase, Slot
 
-from ._pump import BATCH, log_event
+from ._pump import BATCH
 from ._transport import SENT, Connection, Transport, ZmqTransport
 from .errors import ClientClosed, DomoError
 
 __all__ = ["Client", "Reply", "ReplyStream", "call"]
 
-logger = logging.getLogger("domo.client")
+_now = trio.current_time
 
 
-class _Slot:
-    """One session and its socket, owned by one request at a time (see the module docstring)."""
+class _Slot(Slot):
+    """A slot (``domo.runtime.slots``) and its socket, owned by one request at a time (see the
+    module docstring)."""
 
     def __init__(self, client: Client, transport: Transport) -> None:
+        super().__init__(client.config, client.endpoints)
         self.client = client
         self.transport = transport
-        self.session = ClientSession(client.config)
-        self.endpoints = EndpointRing(client.endpoints)  # each slot moves on by itself
         self.conn: Connection[bytes] | None = None
-        self.reconnect_at: float | None = -math.inf  # None: keep this socket
-        self.unsent: deque[tuple[bytes, ...]] = deque()  # taken from the outbox, pipe was full
-        self.replies: deque[ClientEvent] = deque()  # the current request's, not yet read
-        self.collecting = False  # a request is in progress: its replies go to ``replies``
         self.waiting = False  # the request's task is waiting on ``conn``
         self.closed = False
 
-    def handle(self, events: list[ClientEvent]) -> None:
-        for event in events:
-            if isinstance(event, ReconnectRequired):
-                self.reconnect_at = event.reconnect_at
-                self.unsent.clear()  # they belonged to the socket being given up
-            elif isinstance(event, RequestSent):
-                self.client._watchdog.expect(self.session.next_deadline())
-            if self.collecting and isinstance(event, _REPLY_EVENTS):
-                self.replies.append(event)
-                self.collecting = isinstance(event, PartialReceived)
-            else:
-                log_event(logger, event)
+    def sent(self) -> None:
+        self.client._watchdog.expect(self.session.next_deadline())
+
+    def transmit(self, frames: tuple[bytes, ...]) -> bool:
+        return self.conn.send(frames) == SENT  # type: ignore[union-attr]
 
     async def connection(self) -> Connection[bytes]:
         """The socket, replaced first if the session asked for a new one."""
         if self.reconnect_at is not None:
             self.drop_connection()
-            if self.reconnect_at > trio.current_time():
+            if self.reconnect_at > _now():
                 await trio.sleep_until(self.reconnect_at)
             self.check_open()
             self.conn = self.transport.connect(self.endpoints.next())  # failover: MDP-D-28
-            self.reconnect_at = None
-            self.handle(self.session.connected(trio.current_time()))
+            self.connected(_now())
         assert self.conn is not None
         return self.conn
 
@@ -117,24 +98,26 @@ class _Slot:
         """Hand a request to the session (which must be connected, IDLE, to take it)."""
         conn = self.conn if self.reconnect_at is None else await self.connection()
         assert conn is not None
+        now = _now()
         # Whatever arrived while the session was idle (a stray reply) is read now, with no
         # request outstanding, so that it is dropped (MDP-D-20) rather than taken for this
         # request's reply.
-        self.receive(conn, BATCH)
-        self.collecting = True
-        self.handle(self.session.request(service, body, trio.current_time()))
+        for message in conn.receive(BATCH):
+            self.received(message, now)
+        self.begin(service, body, now)
 
     async def next_reply(self) -> ClientEvent:
         """The next of this request's replies: PartialReceived, FinalReceived or RequestFailed."""
-        while not self.replies:
+        replies = self.replies
+        while not replies:
             await self.step()
-        return self.replies.popleft()
+        return replies.popleft()
 
     async def step(self) -> None:
         """Send what the session queued, then wait for a reply (or the watchdog) and read it."""
         conn = self.conn if self.reconnect_at is None else await self.connection()
         assert conn is not None
-        full = not self.flush(conn)
+        full = not self.flush()
         self.waiting = True
         try:
             await conn.wait(full)  # with a full pipe, room to send wakes it too
@@ -145,14 +128,17 @@ class _Slot:
             return  # the watchdog gave this socket up (a timeout): the session says what next
         finally:
             self.waiting = False
-        self.check_open()
+        if self.closed:
+            raise ClientClosed("the client was closed")
         # One message per step: a reply is handed to its reader at once; a further one is
         # read by the next step, whose ``wait`` returns at once (with a checkpoint).
-        self.receive(conn, 1)
+        messages = conn.receive(1)
+        if messages:
+            self.received(messages[0], _now())
 
     def expire(self, now: float) -> None:
         """The watchdog's call: the session's reply deadline has come (see the module docstring)."""
-        self.handle(self.session.tick(now))
+        self.ticked(now)
         if self.waiting and self.reconnect_at is not None:
             self.drop_connection()  # wakes the request's task, which reconnects or fails
 
@@ -160,49 +146,30 @@ class _Slot:
         if self.closed:
             raise ClientClosed("the client was closed")
 
-    def receive(self, conn: Connection[bytes], limit: int) -> bool:
-        """Hand up to ``limit`` messages that are ready to the session; were there any?"""
-        messages = conn.receive(limit)
-        now = trio.current_time()
-        for message in messages:
-            self.handle(self.session.receive(message, now))
-        return bool(messages)
-
-    def flush(self, conn: Connection[bytes]) -> bool:
-        """Send the session's outbox; False if the socket's pipe is full (EAGAIN)."""
-        self.unsent.extend(self.session.take_outgoing())
-        while self.unsent and self.reconnect_at is None:
-            if conn.send(self.unsent[0]) != SENT:
-                return False
-            self.unsent.popleft()
-        return True
-
     def drop_connection(self) -> None:
         """Close the socket at once: what is still queued on it must not be delivered."""
         conn, self.conn = self.conn, None
         if conn is not None:
             conn.close(0.0)
 
-    def cancel(self) -> None:
+    def abandon(self) -> None:
         """Give up the request in progress; the socket is replaced before the next one."""
-        busy = self.session.state in (ClientState.WAITING, ClientState.RECONNECTING)
-        if busy and not self.closed:
-            self.handle(self.session.cancel(trio.current_time()))
-        self.collecting = False
+        if not self.closed:
+            self.cancel(_now())
+        self.finish()
 
     def release(self) -> None:
         """The request is over: hand the session back to the client."""
-        self.replies.clear()
-        self.collecting = False
+        self.finish()
         if self.reconnect_at is not None:
             self.drop_connection()  # not left open until the next request replaces it
         if not self.closed:
-            self.client._idle_send.send_nowait(self)
+            self.client._give_back(self)
 
     def close(self) -> None:
         """The client closes: end the session and close the socket, waking a request on it."""
         self.closed = True
-        self.handle(self.session.close(trio.current_time()))
+        self.end(_now())
         self.drop_connection()
 
 
@@ -274,7 +241,9 @@ class Client:
         self._context = context
         self._curve = curve
         self.transport = transport  # a ZmqTransport is made on entry, so its context is closed
-        self._idle_send, self._idle = trio.open_memory_channel[_Slot](concurrency)
+        self._idle: list[_Slot] = []
+        self._waiters = trio.lowlevel.ParkingLot()  # requests waiting for a free session
+        self._handed: list[_Slot] = []  # sessions released to a waiter it has not taken yet
         self._slots: list[_Slot] = []
         self._watchdog = _Watchdog(self._slots)
         self._entered = False
@@ -290,7 +259,7 @@ class Client:
         for _ in range(self.concurrency):
             slot = _Slot(self, self.transport)
             self._slots.append(slot)
-            self._idle_send.send_nowait(slot)
+        self._idle.extend(reversed(self._slots))
         # The watchdog runs in a nursery the Client owns, opened here and closed on exit: it
         # ends when the Client closes, and a failure of it cancels the block that uses the
         # Client instead of crashing the whole run (as a system task's would).
@@ -307,7 +276,7 @@ class Client:
     ) -> None:
         self._closed = True
         self._watchdog.stopped.cancel()
-        self._idle_send.close()  # requests waiting for a session get ClientClosed
+        self._waiters.unpark_all()  # requests waiting for a session get ClientClosed
         try:
             for slot in self._slots:
                 slot.close()  # a request waiting on a socket wakes with ClientClosed
@@ -331,7 +300,7 @@ class Client:
             while isinstance(event, PartialReceived):
                 event = await slot.next_reply()
         except BaseException:
-            slot.cancel()  # cancelled: the session forgets the request and replaces its socket
+            slot.abandon()  # cancelled: the session forgets the request and replaces its socket
             slot.release()
             raise
         slot.release()
@@ -345,35 +314,38 @@ class Client:
         on the socket until read; the timeout restarts with each reply handed to the reader,
         so a reader that pauses longer than ``timeout`` makes the request time out.
         """
-        name = _service_name(service)
-        return ReplyStream(self, mdp.check_service(name), mdp.check_body(frames))
+        return ReplyStream(self, _service_name(service), frames)
 
     async def _acquire(self) -> _Slot:
         """A free session: at once if one is idle (no yield: the wait for the reply is the
-        request's checkpoint), else the first one released."""
+        request's checkpoint), else the first one released, in the order of the requests."""
         if not self._entered:
             raise DomoError("a Client is used inside 'async with Client(...) as client:'")
         if self._closed:
             raise ClientClosed("the client is closed")
         await trio.lowlevel.checkpoint_if_cancelled()
-        try:
-            try:
-                return self._idle.receive_nowait()
-            except trio.WouldBlock:
-                return await self._idle.receive()
-        except (trio.EndOfChannel, trio.ClosedResourceError):
-            raise ClientClosed("the client was closed") from None
+        if self._idle and not self._waiters:
+            return self._idle.pop()
+        await self._waiters.park()
+        if self._handed:
+            return self._handed.pop()
+        raise ClientClosed("the client was closed")
+
+    def _give_back(self, slot: _Slot) -> None:
+        """A session is free again: to the first request waiting for one, or idle."""
+        if self._waiters:
+            self._handed.append(slot)
+            self._waiters.unpark()
+        else:
+            self._idle.append(slot)
 
 
-class ReplyStream:
+class ReplyStream(ReplyStreamBase[_Slot]):
     """The replies of one request, as an async iterator; see ``Client.stream``."""
 
-    def __init__(self, client: Client, service: bytes, body: mdp.Frames) -> None:
+    def __init__(self, client: Client, service: bytes, body: Sequence[bytes]) -> None:
+        super().__init__(service, body)
         self._client = client
-        self._service = service
-        self._body = body
-        self._slot: _Slot | None = None
-        self._done = False
 
     async def __aenter__(self) -> Self:
         return self
@@ -396,22 +368,13 @@ class ReplyStream:
         except BaseException:
             self.abort()  # cancelled: the session forgets the request and replaces its socket
             raise
-        if isinstance(event, PartialReceived):
-            return Reply(list(event.body), final=False)
-        self._finish()
-        return Reply(_final_body(self._service, event), final=True)
+        return self._reply(event)
 
-    def abort(self) -> None:
-        """Cancel the request if it is still in progress (nothing more will be read)."""
-        if self._slot is not None:
-            self._slot.cancel()
-        self._finish()
+    def _cancel(self, slot: _Slot) -> None:
+        slot.abandon()
 
-    def _finish(self) -> None:
-        self._done = True
-        slot, self._slot = self._slot, None
-        if slot is not None:
-            slot.release()
+    def _release(self, slot: _Slot) -> None:
+        slot.release()
 
 
 def call(

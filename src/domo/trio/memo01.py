@@ -49,16 +49,23 @@ class Memo01Client:
     """memo01 JOBs over one NNG req0 socket, one context per call; use ``async with``.
 
     ``resend``: seconds NNG waits for a reply before it resends the JOB (the broker runs a
-    resent JOB once, MEMO-16).
+    resent JOB once, MEMO-16). ``tls``: a client ``pynng.TLSConfig`` (its own certificate, the
+    broker's to trust) for a ``tls+tcp://`` URL: a broker's ``nng+tls+tcp://`` endpoint
+    (docs/security.md).
     """
 
-    def __init__(self, url: str, *, resend: float = 60.0) -> None:
+    def __init__(
+        self, url: str, *, resend: float = 60.0, tls: pynng.TLSConfig | None = None
+    ) -> None:
         self.url = url
         self._resend = resend
+        self._tls = tls
         self._socket: pynng.Req0 | None = None
 
     async def __aenter__(self) -> Self:
         self._socket = pynng.Req0(resend_time=int(self._resend * 1000))
+        if self._tls is not None:
+            self._socket.tls_config = self._tls
         self._socket.dial(self.url, block=False)  # NNG reconnects until the broker is there
         return self
 
@@ -114,6 +121,7 @@ async def run_memo01_worker(
     handler: Memo01Handler,
     *,
     concurrency: int = 1,
+    tls: pynng.TLSConfig | None = None,
     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve ``services`` at the memo01 broker on ``url`` with ``handler`` until cancelled.
@@ -123,13 +131,16 @@ async def run_memo01_worker(
     at once (MEMO-15); after a DISCONNECT (a broker restart, MEMO-10) the worker starts again
     with READY. If the handler raises, the job gets no RESULT: the worker sends DISCONNECT, so
     the broker hands the job to another worker at once (MEMO-08, MDP-D-08) instead of waiting
-    for its timeout, and comes back with READY.
+    for its timeout, and comes back with READY. ``tls``: as ``Memo01Client``'s, for a
+    ``tls+tcp://`` URL.
     """
     if concurrency < 1:
         raise ValueError(f"concurrency must be >= 1, got {concurrency}")
     ready = encode(MessageType.READY, services=tuple(sorted(services, key=service_order)))
     parse(ready)  # the service set is valid (MEMO-03), or this raises now
     with pynng.Req0(resend_time=-1) as socket:  # -1: the broker holds requests; no resend
+        if tls is not None:  # a tls+tcp:// URL: the broker's nng+tls+tcp:// endpoint
+            socket.tls_config = tls
         socket.dial(url, block=False)
         async with trio.open_nursery() as nursery:
             for _ in range(concurrency):

@@ -197,8 +197,10 @@ class _Serving:
                         final = await self._answer(request)
                     finally:
                         self._busy = False
-                    if final is not None and self.session.current_request == request.number:
-                        self.pump.call(self.session.send_final, final)
+                    if final is not None:
+                        self.pump.catch_up()  # the loop may have been held up meanwhile
+                        if self.session.current_request == request.number:
+                            self.pump.call(self.session.send_final, final)
 
     async def _answer(self, request: RequestReceived) -> mdp.Frames | None:
         """The FINAL body, an error body if the handler failed, None if abandoned.
@@ -244,6 +246,7 @@ class _Serving:
 
     async def _send_partial(self, request: RequestReceived, frames: mdp.Frames) -> bool:
         """Send a PARTIAL for ``request``; False if the session gave the request up."""
+        self.pump.catch_up()  # the loop may have been held up meanwhile
         if self.session.current_request != request.number:
             return False
         self.pump.call(self.session.send_partial, frames)

@@ -1,9 +1,9 @@
-"""The Majordomo dialects a domo broker speaks, one module each, over the MDP/0.2 core.
+"""The Majordomo dialects a domo broker speaks, one module each, over one neutral routing core.
 
 Each dialect is a ``DialectCodec`` record (``base``): its ``Capabilities`` as data and its codec
-(which messages it claims, how they decode into the core's MDP/0.2 commands, how the core's
-commands encode back, per destination). ``registry`` holds them and is what the broker consults.
-Nothing here keeps state or does I/O; ``domo.protocol.family`` keeps who speaks what.
+(which messages it claims, how they decode into the core's neutral commands, how the core's
+neutral commands encode back, per destination). ``registry`` holds them and is what the broker
+consults. Nothing here keeps state or does I/O; ``domo.protocol.family`` keeps who speaks what.
 
 - ``mdp02``: ``MDP02``, RFC 18 clients and workers, ``MDPC02``/``MDPW02`` first
   (specs/mdp-0.2.md); ``MDP02_REQ``, RFC 18 clients behind a REQ socket: envelope, ``""``,
@@ -15,8 +15,8 @@ Nothing here keeps state or does I/O; ``domo.protocol.family`` keeps who speaks 
 - ``dcp``: DagBox's DCP v1: DEALER clients and workers, ``""``, ``DGBX\x01``, a 1- or 4-byte
   type frame; metadata, several requests per client, ping/pong/reconnect (specs/dcp-v1.md).
 - ``emqp``: EventMQ 0.3.13's eMQP/1.0: ``""``, ``eMQP/1.0``, command, MSGID, ...
-  (specs/emqp-1.0.md); its codec detects the dialect, ``domo.protocol.emqp_bridge`` keeps its
-  state (credits, message ids, receipts).
+  (specs/emqp-1.0.md); its codec detects the dialect, its layer (``domo.protocol.layers.emqp``)
+  keeps its state (credits, message ids, receipts).
 - ``envelope``: 28/REQREP's address stack, the frames before the empty delimiter, one per
   ROUTER-DEALER hop; kept as it came and put back in front of the reply (REQREP-01, REQREP-02).
 """
@@ -29,12 +29,16 @@ from .base import (
     MDPC02,
     MDPW01,
     MDPW02,
+    NUMBERED,
     Capabilities,
     Command,
     CoreCommand,
     Dialect,
     DialectCodec,
+    Invalid,
+    Lookup,
     Role,
+    RouteView,
     Translation,
 )
 from .envelope import MAX_HOPS, delimiter_at
@@ -47,7 +51,7 @@ from .registry import (
     decode,
     detect,
     encode,
-    encode_with,
+    withheld,
 )
 
 __all__ = [
@@ -59,19 +63,23 @@ __all__ = [
     "MDPC02",
     "MDPW01",
     "MDPW02",
+    "NUMBERED",
     "REGISTRY",
     "Capabilities",
     "Command",
     "CoreCommand",
     "Dialect",
     "DialectCodec",
+    "Invalid",
+    "Lookup",
     "Registry",
     "Role",
+    "RouteView",
     "Translation",
     "codec_for",
     "decode",
     "delimiter_at",
     "detect",
     "encode",
-    "encode_with",
+    "withheld",
 ]

@@ -1,12 +1,14 @@
 """What every dialect codec is made of: the ``Dialect`` names, ``Capabilities``, ``DialectCodec``.
 
 A dialect is data: a frozen ``DialectCodec`` record with its capabilities and three pure
-functions (which messages it claims, how they decode into the core's commands, how the core's
-commands encode back). ``domo.protocol.dialects.registry`` holds one record per dialect and the
-broker consults it; nothing here keeps state, does I/O or reads a clock.
+functions (which messages it claims, how they decode into the core's neutral commands, how the
+core's neutral commands encode back for one peer). ``domo.protocol.dialects.registry`` holds one
+record per dialect and the broker consults it; nothing here keeps state, does I/O or reads a
+clock.
 
-The core's commands are MDP/0.2's frames (``specs/mdp-0.2.md``): the neutral form every dialect
-decodes into and encodes from, since the routing core is the MDP/0.2 ``Broker``.
+The core's commands are neutral (``commands.CoreCommand``: who, what, service, address, body):
+no dialect's frames stand between a peer and the core but its own (FAM-10). MDP/0.2's frames
+are the core's own fast path, for MDP/0.2 peers on the broker's first socket only.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import Enum
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from ..broker import PeerState
 from ..commands import CORE_CODES, Command, CoreCommand, Role
@@ -26,12 +28,14 @@ __all__ = [
     "MDPC02",
     "MDPW01",
     "MDPW02",
-    "UNKNOWN_COMMAND",
+    "NUMBERED",
     "Capabilities",
     "Command",
     "CoreCommand",
     "Dialect",
     "DialectCodec",
+    "Invalid",
+    "Lookup",
     "Role",
     "RouteView",
     "Translation",
@@ -39,9 +43,18 @@ __all__ = [
 
 MDPC02, MDPW02, MDPC01, MDPW01 = b"MDPC02", b"MDPW02", b"MDPC01", b"MDPW01"
 
-# An MDP/0.2 command a dialect message has no counterpart for: the core refuses it as it
-# refuses any unknown command (MDP-W-08, MDP-D-01), so a dialect peer meets the same rules.
-UNKNOWN_COMMAND = b"\xff"
+# The request key a codec's ``request_key`` gives a client's request that names none (an RFC 7
+# client's): the broker numbers that client's requests itself (FAM-08).
+NUMBERED = b""
+
+
+class Invalid(NamedTuple):
+    """What a codec's ``decode`` gives for a message it cannot read: the rule it breaks and
+    why. The core treats it as MDP/0.2 treats garbage (``Broker.invalid``: a registered worker
+    is dropped, MDP-W-16; anyone else's message is dropped with a ``ProtocolViolation``)."""
+
+    rule: str
+    reason: str
 
 
 class Dialect(Enum):
@@ -89,7 +102,9 @@ class Capabilities:
     its dialect has ``client_hops`` (a worker never does); ``worker_heartbeats``,
     ``broker_heartbeats``, ``disconnect`` and ``mmi`` become the peer's ``PeerTraits`` in the
     core (FAM-01..04); ``outstanding_per_client`` bounds what a client of the dialect may have
-    in flight (1: MDP-S-02; N above 1: counted per client, FAM-05; None: any number).
+    in flight (1: MDP-S-02; N above 1: counted per client, FAM-05; None: any number, up to the
+    broker's ``max_client_requests``, FAM-07); ``busy_heartbeats`` false: its worker is silent
+    while busy, and is given ``busy_worker_timeout`` then (FAM-09).
     """
 
     clients: bool  # the dialect has clients
@@ -101,13 +116,18 @@ class Capabilities:
     mmi: bool  # its client may ask the broker's mmi.* services
     outstanding_per_client: int | None  # requests one client may have in flight; None: any
     client_hops: bool  # its client may be behind a REQ socket and ROUTER-DEALER hops
+    # Its worker heartbeats while busy too; otherwise a busy one is dead only after the
+    # broker's busy_worker_timeout (FAM-09).
+    busy_heartbeats: bool = True
 
 
 class RouteView(Protocol):
-    """What a dialect's ``encode_route`` may read of a peer's route (``family.PeerRoute``)."""
+    """What a dialect's ``encode`` may read of a peer's route (``family.PeerRoute``)."""
 
     @property
     def routing_id(self) -> bytes: ...
+    @property
+    def envelope(self) -> Relayed: ...
     @property
     def dialect(self) -> Enum: ...
     @property
@@ -118,6 +138,11 @@ class RouteView(Protocol):
     def service(self) -> bytes | None: ...
 
 
+# ``encode``'s third argument: the route of another peer key (a request's client, say), or None
+# for a peer with no route (an MDP/0.2 peer on the broker's first socket).
+Lookup = Callable[[bytes], RouteView | None]
+
+
 @dataclass(frozen=True, slots=True)
 class DialectCodec:
     """One dialect: its capabilities and its codec, as pure functions.
@@ -125,39 +150,39 @@ class DialectCodec:
     - ``claims(header, command)``: the role of a message whose frames after the envelope start
       with ``header``, ``command`` (``b""`` if it has none), or None if it is not this dialect's.
     - ``decode(message)``: the message (the frames after the envelope's delimiter, or all of
-      them for a peer with no envelope) as the core's MDP/0.2 frames.
-    - ``encode(envelope, frames, request_key)``: what the core sends (MDP/0.2 frames) in this
-      dialect's framing, behind ``envelope`` where the peer has one, for the request
-      ``request_key`` where the dialect keys requests (None otherwise). PARTIALs to a client
-      without ``partial_replies`` never reach it (``registry.encode`` withholds them).
+      them for a peer with no envelope) as the core's neutral ``CoreCommand``, the ``role`` its
+      sender's side, or ``Invalid`` (the rule it breaks) for a message it cannot read. The
+      body is the dialect's own frames, as many as it has (none included, FAM-10); a dialect
+      whose body is one frame or more checks that here.
+    - ``encode(route, command, lookup)``: what the core sends a peer of this dialect (a
+      neutral ``CoreCommand``, ``role`` the peer's side) in this dialect's framing: the frames
+      after the routing id, behind the route's envelope where the peer has one, for the route's
+      request key where the dialect keys requests; or None to send nothing. ``lookup`` gives
+      another key's route (a request's client, say). PARTIALs to a client without
+      ``partial_replies`` never reach ``encode`` (the broker withholds them, MDP01-05).
     - ``delimited``: its messages start with an empty frame (after the envelope, if any); only
       MDP/0.2's do not, and they are told by their first frame.
     - ``request_key``: for a dialect whose client may have several requests outstanding
       (``outstanding_per_client`` None or above 1), splits a message (after the delimiter) into
       the key that names its request and the message without it, or gives None for a message
-      that names none (a worker's). The broker holds each (client, request key) as a client of
-      its own, so the core's one-request-per-client rule (MDP-S-02) holds per key, and counts a
-      client's keys against ``outstanding_per_client`` (FAM-05).
-    - ``decode_command(message)``: optional, in place of ``decode``: the message as the
-      neutral ``CoreCommand`` the routing core takes (``Broker.command``), or None for a message
-      that is none of the dialect's commands (the core then refuses it as it refuses garbage,
-      MDP-W-08, MDP-W-16). A dialect whose messages are not MDP/0.2-like frames need not
-      pretend they are; ``decode`` is still what ``registry.decode`` applies.
+      that names none (a worker's; DCP keys its workers too, by their type width). The broker
+      holds each (client, request key) as a client of its own, so the core's
+      one-request-per-client rule (MDP-S-02) holds per key, and counts a client's keys against
+      ``outstanding_per_client`` (FAM-05) and ``max_client_requests`` (FAM-07). ``NUMBERED``
+      (empty) as the key: the request names none of its own, and the broker numbers the
+      client's requests in the order they come (FAM-08).
     - ``table``: the codec as data, one ``Translation`` per command each way (empty: none
       given; every dialect domo ships has one).
     - ``refuse(envelope, request_key)``: the dialect's answer to a request beyond
       ``outstanding_per_client`` (the frames after the routing id, behind ``envelope``), or
       None to refuse it without an answer; no ``refuse`` at all: no answer (FAM-05).
 
-    Four optional hooks serve a dialect that needs more than a frame-for-frame codec (DCP):
+    Three optional hooks serve a dialect that needs more than a frame-for-frame codec (DCP):
 
     - ``check(message)``: (rule, reason) if the message is malformed in the dialect's own terms;
       the broker then drops it with a ``ProtocolViolation`` naming that rule, before the core.
     - ``reply_context(message)``: what the broker keeps, with a keyed request's route, to put in
       the reply (``PeerRoute.context``).
-    - ``encode_route(route, frames, lookup)``: used instead of ``encode`` (and of the registry's
-      PARTIAL withholding): the core's frames for ``route``, or None to send nothing; ``lookup``
-      gives the route of another peer key (a request's client, say), None for an MDP/0.2 peer.
     - ``answer(message, before, after)``: a message the broker sends the peer itself, right
       after the core had its message, from its worker side's ``PeerState`` before and after
       (a DCP pong, reconnect or registration echo).
@@ -169,19 +194,17 @@ class DialectCodec:
     dialect: Enum
     capabilities: Capabilities
     claims: Callable[[BodyFrame, BodyFrame], Role | None]
-    decode: Callable[[Sequence[BodyFrame]], list[BodyFrame]]
-    encode: Callable[[Relayed, Relayed, bytes | None], Relayed]
+    decode: Callable[[Sequence[BodyFrame]], CoreCommand | Invalid]
+    encode: Callable[[RouteView, CoreCommand, Lookup], Relayed | None]
     delimited: bool = True
-    request_key: Callable[[Sequence[BodyFrame]], tuple[bytes, list[BodyFrame]] | None] | None = None
+    request_key: (
+        Callable[[Sequence[BodyFrame]], tuple[bytes, Sequence[BodyFrame]] | None] | None
+    ) = None
     check: Callable[[Sequence[BodyFrame]], tuple[str, str] | None] | None = None
     reply_context: Callable[[Sequence[BodyFrame]], tuple[bytes, ...]] | None = None
-    encode_route: (
-        Callable[[RouteView, Relayed, Callable[[bytes], RouteView | None]], Relayed | None] | None
-    ) = None
     answer: Callable[[Sequence[BodyFrame], PeerState, PeerState], Relayed | None] | None = None
     refuse: Callable[[Relayed, bytes], Relayed | None] | None = None
     table: tuple[Translation, ...] = ()
-    decode_command: Callable[[Sequence[BodyFrame]], CoreCommand | None] | None = None
 
     def __post_init__(self) -> None:
         outstanding = self.capabilities.outstanding_per_client

@@ -5,10 +5,11 @@ A DCP peer is one DEALER that may be a client, a worker or both. Every message i
 byte; DagBox's broker reads a 4-byte little-endian integer. Both are read, and each peer is
 answered in the width it used (DCP-02, DCP-03).
 
-How DCP maps onto the MDP/0.2 core:
+How DCP maps onto the family core's neutral commands:
 
-- registration (0x01) is READY, ping (0x02) is HEARTBEAT, a worker's reply (0x05) is its FINAL;
-  a request (0x04) is a client REQUEST whose body is the data parts (DCP-21).
+- registration (0x01) is REGISTER, ping (0x02) is HEARTBEAT, a worker's reply (0x05) is its
+  FINAL; a request (0x04) is a client REQUEST whose body is the data parts, exactly: none, one
+  empty part, or many (DCP-21, FAM-10).
 - A client may have several requests in flight (DCP-10). Each is a client of its own to the
   core, keyed by a digest of what the reply must carry back: the type width, the service, the
   client-address part if the client wrote one, and the metadata parts. The broker keeps those
@@ -16,7 +17,7 @@ How DCP maps onto the MDP/0.2 core:
 - A worker is sent, as its request's client address, the core's key of the client: an opaque
   token it copies into its reply (DCP-11, DCP-12). The metadata it is sent are the client's.
 - The broker never pings (DCP-16): the core's HEARTBEAT to a DCP worker is not sent; its
-  DISCONNECT goes out as reconnect (0x06, DCP-24). A ping gets pong from a registered worker,
+  LEAVE goes out as reconnect (0x06, DCP-24). A ping gets pong from a registered worker,
   reconnect from anyone else (DCP-13, DCP-14); a registration is echoed when it registers (DCP-04).
 - Malformed DCP is dropped with an event naming the rule, before the core sees it (DCP-23).
 
@@ -25,17 +26,20 @@ Nothing here keeps state: what the broker must remember per peer is in its ``Pee
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from hashlib import blake2b
 
 from ..broker import PeerState
+from ..commands import HEARTBEAT
 from ..mdp import MAX_NAME_LENGTH, BodyFrame, Relayed
 from .base import (
-    MDPC02,
-    MDPW02,
     Capabilities,
+    Command,
+    CoreCommand,
     Dialect,
     DialectCodec,
+    Invalid,
+    Lookup,
     Role,
     RouteView,
 )
@@ -66,15 +70,6 @@ _TYPE_NAMES = {
 }
 NARROW, WIDE = 1, 4  # type-frame widths: the text's byte, DagBox's little-endian int (DCP-02)
 _RESERVED_PREFIX = b"mmi."
-# The core's commands, as the bytes MDP/0.2 gives them (specs/mdp-0.2.md).
-_W_READY, _W_REQUEST, _W_FINAL, _W_HEARTBEAT, _W_DISCONNECT = (
-    b"\x01",
-    b"\x02",
-    b"\x04",
-    b"\x05",
-    b"\x06",
-)
-_C_REQUEST, _C_FINAL = b"\x01", b"\x03"
 # A worker key's request key: its type width, so that what it is sent uses the same (DCP-03).
 _WORKER_KEY = b"W"
 _CLIENT_KEY = b"R"
@@ -223,33 +218,24 @@ def _reply_context(message: Sequence[BodyFrame]) -> tuple[bytes, ...]:
     return (width, split.address or b"", *split.metadata)
 
 
-def _decode(message: Sequence[BodyFrame]) -> list[BodyFrame]:
-    """A well-formed DCP message (``check`` passed) as the core's MDP/0.2 command."""
+def _decode(message: Sequence[BodyFrame]) -> CoreCommand | Invalid:
+    """A well-formed DCP message (``check`` passed) as the core's neutral command; its data
+    parts are the body, as many as there are, none included (DCP-21, FAM-10)."""
     typed = _read_type(message[1])
     assert typed is not None
     kind = typed[0]
     if kind == REGISTER:
-        return [MDPW02, _W_READY, message[2]]
+        return CoreCommand(Role.WORKER, Command.REGISTER, bytes(message[2]))
     if kind == PING:
-        return [MDPW02, _W_HEARTBEAT]
+        return HEARTBEAT
     if kind == REQUEST:
         split = _split_addressed(message[3:])
         assert not isinstance(split, str)
-        return [MDPC02, _C_REQUEST, message[2], *_body_of(split.data)]
+        return CoreCommand(Role.CLIENT, Command.REQUEST, bytes(message[2]), b"", split.data)
     split = _split_addressed(message[2:])  # REPLY: the worker's FINAL (DCP-12)
     assert not isinstance(split, str)
     assert split.address is not None
-    return [MDPW02, _W_FINAL, split.address, b"", *_body_of(split.data)]
-
-
-def _body_of(data: tuple[BodyFrame, ...]) -> tuple[BodyFrame, ...]:
-    """DCP data parts as an MDP/0.2 body, which has a frame at least (DCP-21)."""
-    return data if data else (b"",)
-
-
-def _data_of(body: Sequence[BodyFrame]) -> tuple[BodyFrame, ...]:
-    """An MDP/0.2 body as DCP data parts: one empty frame is none (DCP-21)."""
-    return () if len(body) == 1 and not len(body[0]) else tuple(body)
+    return CoreCommand(Role.WORKER, Command.FINAL, b"", split.address, split.data)
 
 
 def _width_of(request_key: bytes | None) -> int:
@@ -258,17 +244,13 @@ def _width_of(request_key: bytes | None) -> int:
     return NARROW
 
 
-def _encode_route(
-    route: RouteView, frames: Relayed, lookup: Callable[[bytes], RouteView | None]
-) -> Relayed | None:
+def _encode(route: RouteView, command: CoreCommand, lookup: Lookup) -> Relayed | None:
     """What the core sends to a DCP peer, in DCP, or None to send nothing."""
-    if frames[0] == MDPC02:
-        if frames[1] != _C_FINAL:
-            return None  # DCP-25: DCP has no partial replies
+    if command.role is Role.CLIENT:  # its FINAL: DCP has no partial replies (DCP-25)
         context = route.context
         width = context[0][0] if context else NARROW
         address = context[1] if len(context) > 1 and context[1] else route.routing_id
-        return (  # DCP-08, DCP-09
+        return (  # DCP-08, DCP-09; the data parts exactly as they came (DCP-21)
             b"",
             HEADER,
             type_frame(REPLY, width),
@@ -276,29 +258,28 @@ def _encode_route(
             b"",
             *context[2:],
             b"",
-            *_data_of(frames[3:]),
+            *command.body,
         )
     width = _width_of(route.request_key)
-    command = frames[1]
-    if command == _W_REQUEST:
-        client = bytes(frames[2])
+    what = command.command
+    if what is Command.REQUEST:
+        client = command.address
         client_route = lookup(client)
         metadata: tuple[bytes, ...] = ()
         if client_route is not None and client_route.dialect is Dialect.DCP:
             metadata = client_route.context[2:]  # DCP-11: the client's own metadata
-        service = route.service if route.service is not None else b""
         return (
             b"",
             HEADER,
             type_frame(REQUEST, width),
-            service,
+            command.service,
             client,
             b"",
             *metadata,
             b"",
-            *_data_of(frames[4:]),
+            *command.body,
         )
-    if command == _W_DISCONNECT:
+    if what is Command.LEAVE:
         return (b"", HEADER, type_frame(RECONNECT, width))  # DCP-24
     return None  # DCP-16: HEARTBEAT; the broker never pings
 
@@ -337,10 +318,9 @@ DCP = DialectCodec(
     ),
     claims=_claims,
     decode=_decode,
-    encode=lambda envelope, frames, request_key: frames,  # unused: encode_route is given
+    encode=_encode,
     request_key=_request_key,
     check=check,
     reply_context=_reply_context,
-    encode_route=_encode_route,
     answer=_answer,
 )

@@ -15,7 +15,17 @@ import json
 from collections.abc import Sequence
 
 from ..mdp import BodyFrame, Relayed
-from .base import MDPC02, UNKNOWN_COMMAND, Capabilities, Dialect, DialectCodec, Role
+from .base import (
+    Capabilities,
+    Command,
+    CoreCommand,
+    Dialect,
+    DialectCodec,
+    Invalid,
+    Lookup,
+    Role,
+    RouteView,
+)
 
 __all__ = [
     "ACK",
@@ -186,17 +196,19 @@ def _claims(header: BodyFrame, command: BodyFrame) -> Role | None:
     return Role.CLIENT if command in CLIENT_COMMANDS else Role.WORKER  # EMQP-01
 
 
-def _decode(message: Sequence[BodyFrame]) -> list[BodyFrame]:
+def _decode(message: Sequence[BodyFrame]) -> CoreCommand | Invalid:
     # A REQUEST as the core's (EMQP-08); the bridge decodes everything else itself.
-    if len(message) >= 6 and message[1] == REQUEST:
-        return [MDPC02, b"\x01", message[3], *message[5:]]
-    return [MDPC02, UNKNOWN_COMMAND]
+    if len(message) >= 5 and message[1] == REQUEST:
+        return CoreCommand(Role.CLIENT, Command.REQUEST, bytes(message[2]), b"", tuple(message[4:]))
+    return Invalid("EMQP-18", "not a command the codec reads alone: the bridge does")
 
 
-def _encode(envelope: Relayed, frames: Relayed, request_key: bytes | None) -> Relayed:
+def _encode(route: RouteView, command: CoreCommand, lookup: Lookup) -> Relayed | None:
     # A FINAL to a client as its result (EMQP-12); the bridge encodes with the state it keeps.
-    msgid = request_key or b""
-    result = frames[3] if len(frames) > 3 else b""
+    if command.role is not Role.CLIENT:
+        return None
+    msgid = route.request_key or b""
+    result = command.body[0] if command.body else b""
     return (b"", EMQP_HEADER, REPLY, msgid, result, msgid)
 
 

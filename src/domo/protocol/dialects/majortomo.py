@@ -13,14 +13,18 @@ from ..mdp import BodyFrame, Relayed
 from .base import (
     MDPC02,
     MDPW02,
-    UNKNOWN_COMMAND,
     Capabilities,
     Command,
+    CoreCommand,
     Dialect,
     DialectCodec,
+    Invalid,
+    Lookup,
     Role,
+    RouteView,
     Translation,
 )
+from .mdp02 import WORKER_COMMANDS, command_of, decode_client, decode_worker
 
 __all__ = ["MAJORTOMO", "TABLE"]
 
@@ -33,19 +37,23 @@ def _claims(header: BodyFrame, command: BodyFrame) -> Role | None:
     return None
 
 
-def _decode(message: Sequence[BodyFrame]) -> list[BodyFrame]:
-    if message[0] == MDPC02:
-        command = message[1] if len(message) > 1 else b""
-        return [MDPC02, b"\x01" if command == b"\x02" else UNKNOWN_COMMAND, *message[2:]]  # MAJ-02
-    return list(message)  # its worker: RFC 18's worker commands (MAJ-01)
+def _decode(message: Sequence[BodyFrame]) -> CoreCommand | Invalid:
+    code = message[1] if len(message) > 1 else b""
+    if message[0] == MDPC02:  # MAJ-02: REQUEST is 0x02; its client sends nothing else
+        return decode_client(message, Command.REQUEST if code == b"\x02" else None, 2)
+    return decode_worker(message, command_of(WORKER_COMMANDS, code))  # MAJ-01
 
 
-def _encode(envelope: Relayed, frames: Relayed, request_key: bytes | None) -> Relayed:
-    if frames[0] == MDPC02:
+def _encode(route: RouteView, command: CoreCommand, lookup: Lookup) -> Relayed:
+    body = command.body or (b"",)  # FAM-10: one empty frame for an empty body
+    if command.role is Role.CLIENT:
         # MAJ-03, MAJ-04: PARTIAL 0x03, FINAL 0x04, no service frame.
-        code = b"\x03" if frames[1] == b"\x02" else b"\x04"
-        return (b"", MDPC02, code, *frames[3:])
-    return (b"", *frames)  # MAJ-01
+        code = b"\x03" if command.command is Command.PARTIAL else b"\x04"
+        return (b"", MDPC02, code, *body)
+    what = command.command
+    if what is Command.REQUEST:
+        return (b"", MDPW02, b"\x02", command.address, b"", *body)  # MAJ-01
+    return (b"", MDPW02, b"\x05" if what is Command.HEARTBEAT else b"\x06")
 
 
 _W, _C = Role.WORKER, Role.CLIENT
@@ -82,6 +90,7 @@ MAJORTOMO = DialectCodec(
         mmi=True,  # MAJ-04
         outstanding_per_client=1,
         client_hops=False,  # a DEALER client; its leading empty frame is not a delimiter
+        busy_heartbeats=False,  # MAJ-08: it heartbeats only inside wait_for_request
     ),
     claims=_claims,
     decode=_decode,

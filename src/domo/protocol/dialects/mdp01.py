@@ -13,28 +13,32 @@ from collections.abc import Sequence
 from ..mdp import BodyFrame, Relayed
 from .base import (
     MDPC01,
-    MDPC02,
     MDPW01,
-    MDPW02,
-    UNKNOWN_COMMAND,
+    NUMBERED,
     Capabilities,
     Command,
+    CoreCommand,
     Dialect,
     DialectCodec,
+    Invalid,
+    Lookup,
     Role,
+    RouteView,
     Translation,
 )
+from .mdp02 import command_of, decode_client, decode_worker
 
 __all__ = ["MDP01", "TABLE"]
 
-# MDP/0.1 worker commands (RFC 7) and their MDP/0.2 counterparts (RFC 18).
-_MDP01_TO_MDP02 = {
-    b"\x01": b"\x01",  # READY
-    b"\x03": b"\x04",  # REPLY -> FINAL (MDP01-04)
-    b"\x04": b"\x05",  # HEARTBEAT
-    b"\x05": b"\x06",  # DISCONNECT
+# MDP/0.1's worker commands (RFC 7), each way.
+_FROM_WORKER = {
+    b"\x01": Command.REGISTER,  # READY
+    b"\x03": Command.FINAL,  # REPLY (MDP01-04)
+    b"\x04": Command.HEARTBEAT,
+    b"\x05": Command.LEAVE,  # DISCONNECT
 }
-_MDP02_TO_MDP01 = {b"\x02": b"\x02", b"\x05": b"\x04", b"\x06": b"\x05"}  # REQUEST, HB, DISC
+_TO_WORKER = {Command.REQUEST: b"\x02", Command.HEARTBEAT: b"\x04", Command.LEAVE: b"\x05"}
+_REQUEST_TO_WORKER = (b"", MDPW01, b"\x02")
 
 
 def _claims(header: BodyFrame, command: BodyFrame) -> Role | None:
@@ -45,19 +49,28 @@ def _claims(header: BodyFrame, command: BodyFrame) -> Role | None:
     return None
 
 
-def _decode(message: Sequence[BodyFrame]) -> list[BodyFrame]:
+def _decode(message: Sequence[BodyFrame]) -> CoreCommand | Invalid:
     if message[0] == MDPC01:
         # MDP01-03: [MDPC01, service, body...] is a REQUEST; the service is its frame 1.
-        return [MDPC02, b"\x01", *message[1:]]
-    command = message[1] if len(message) > 1 else b""
-    return [MDPW02, _MDP01_TO_MDP02.get(bytes(command), UNKNOWN_COMMAND), *message[2:]]
+        return decode_client(message, Command.REQUEST, 1)
+    code = message[1] if len(message) > 1 else b""
+    return decode_worker(message, command_of(_FROM_WORKER, code))  # MDP01-02, MDP01-06
 
 
-def _encode(envelope: Relayed, frames: Relayed, request_key: bytes | None) -> Relayed:
-    if frames[0] == MDPC02:
-        return (*envelope, b"", MDPC01, *frames[2:])  # MDP01-03: [MDPC01, service, body]
-    # To a worker (MDP01-02): the core sends it REQUEST, HEARTBEAT or DISCONNECT.
-    return (b"", MDPW01, _MDP02_TO_MDP01.get(bytes(frames[1]), frames[1]), *frames[2:])
+def _request_key(message: Sequence[BodyFrame]) -> tuple[bytes, Sequence[BodyFrame]] | None:
+    """A client's request names no key: the broker numbers them (MDP01-09, FAM-08), so a
+    DEALER client may have several outstanding; a worker's message is none."""
+    return (NUMBERED, message) if message[0] == MDPC01 else None
+
+
+def _encode(route: RouteView, command: CoreCommand, lookup: Lookup) -> Relayed:
+    if command.role is Role.CLIENT:  # its FINAL (the broker withholds PARTIALs, MDP01-05)
+        # MDP01-03: [MDPC01, service, body], one empty frame for an empty body (FAM-10).
+        return (*route.envelope, b"", MDPC01, command.service, *(command.body or (b"",)))
+    what = command.command
+    if what is Command.REQUEST:  # MDP01-02
+        return (*_REQUEST_TO_WORKER, command.address, b"", *(command.body or (b"",)))
+    return (b"", MDPW01, _TO_WORKER[what])  # HEARTBEAT, DISCONNECT (MDP01-07, MDP01-08)
 
 
 _W, _C = Role.WORKER, Role.CLIENT
@@ -84,11 +97,13 @@ MDP01 = DialectCodec(
         broker_heartbeats=True,
         disconnect=True,  # MDP01-08
         mmi=True,  # MDP01-10
-        outstanding_per_client=1,  # MDP01-09
+        outstanding_per_client=None,  # MDP01-09: a DEALER client's, up to the broker's cap
         client_hops=True,  # MDP01-01
+        busy_heartbeats=False,  # MDP01-12: the Guide's worker heartbeats only in its recv
     ),
     claims=_claims,
     decode=_decode,
     encode=_encode,
+    request_key=_request_key,
     table=TABLE,
 )

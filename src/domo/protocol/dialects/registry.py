@@ -3,10 +3,10 @@
 ``REGISTRY`` (a ``Registry`` of ``DETECTION_ORDER``) is what ``FamilyBroker`` consults by
 default; a broker may be given a registry of its own (a dialect of one's own, a test's).
 ``CODECS`` maps each ``Dialect`` to its ``DialectCodec``. ``detect`` asks the codecs, in
-``DETECTION_ORDER``, which one claims a message; ``decode`` and ``encode`` apply a dialect's
-codec, and ``encode`` withholds PARTIALs from a client whose dialect has none (its
-``Capabilities.partial_replies``). A new dialect is a module with its ``DialectCodec`` and one
-entry here.
+``DETECTION_ORDER``, which one claims a message; ``withheld`` says which of the core's commands
+a dialect's peer never gets (PARTIALs to a client whose dialect has none). ``decode`` and
+``encode`` apply a dialect's codec from and to MDP/0.2's frames, for tools that speak MDP/0.2.
+A new dialect is a module with its ``DialectCodec`` and one entry here.
 """
 
 from __future__ import annotations
@@ -16,14 +16,15 @@ from enum import Enum
 from types import MappingProxyType
 from typing import cast
 
+from ..errors import MalformedMessage
 from ..mdp import BodyFrame, Relayed
-from .base import MDPC02, Dialect, DialectCodec, Role
+from .base import Command, CoreCommand, Dialect, DialectCodec, Invalid, Role
 from .dcp import DCP
 from .emqp import EMQP
 from .envelope import delimiter_at
 from .majortomo import MAJORTOMO
 from .mdp01 import MDP01
-from .mdp02 import MDP02, MDP02_REQ
+from .mdp02 import MDP02, MDP02_REQ, from_frames, to_frames
 
 __all__ = [
     "CODECS",
@@ -34,7 +35,7 @@ __all__ = [
     "decode",
     "detect",
     "encode",
-    "encode_with",
+    "withheld",
 ]
 
 
@@ -85,12 +86,20 @@ DETECTION_ORDER: tuple[DialectCodec, ...] = (MDP02, MDP01, MAJORTOMO, EMQP, MDP0
 REGISTRY = Registry(DETECTION_ORDER)  # the dialects domo's broker speaks
 CODECS = cast(Mapping[Dialect, DialectCodec], REGISTRY.by_dialect)
 
-_C_PARTIAL = b"\x02"  # the core's PARTIAL to a client (MDP-R-01)
-
 
 def codec_for(dialect: Dialect) -> DialectCodec:
     """The codec of ``dialect``."""
     return CODECS[dialect]
+
+
+def withheld(codec: DialectCodec, command: CoreCommand) -> bool:
+    """Whether the core's ``command`` never goes to a peer of ``codec``'s dialect: a PARTIAL
+    to a client whose dialect has none (MDP01-05, REQREP-05, DCP-25, EMQP-21)."""
+    return (
+        command.command is Command.PARTIAL
+        and command.role is Role.CLIENT
+        and not codec.capabilities.partial_replies
+    )
 
 
 def _command(frames: Sequence[BodyFrame], at: int) -> BodyFrame:
@@ -109,19 +118,39 @@ def detect(frames: Sequence[BodyFrame]) -> tuple[Dialect, int] | None:
 
 
 def decode(dialect: Dialect, message: Sequence[BodyFrame]) -> list[BodyFrame]:
-    """``message`` (the frames after the envelope's delimiter) as MDP/0.2 frames."""
-    return CODECS[dialect].decode(message)
+    """``message`` (the frames after the envelope's delimiter) as the MDP/0.2 frames of the
+    command it is (``mdp02.to_frames``), or ``MalformedMessage`` if the dialect's codec cannot
+    read it. For tools that speak MDP/0.2 (``domo fuzz``); the broker takes the neutral
+    command itself."""
+    decoded = CODECS[dialect].decode(message)
+    if isinstance(decoded, Invalid):
+        raise MalformedMessage(decoded.reason, decoded.rule)
+    return list(to_frames(decoded))
 
 
-def encode_with(
-    codec: DialectCodec, envelope: Relayed, frames: Relayed, request_key: bytes | None = None
-) -> Relayed | None:
-    """``frames`` (MDP/0.2, from the core) in ``codec``'s framing, or None to send nothing."""
-    if frames[1] == _C_PARTIAL and frames[0] == MDPC02 and not codec.capabilities.partial_replies:
-        return None  # MDP01-05, REQREP-05: a REQ socket takes one reply, the FINAL
-    return codec.encode(envelope, frames, request_key)
+class _Route:
+    """A route with only an envelope, for ``encode``."""
+
+    __slots__ = ("envelope",)
+    routing_id = b""
+    dialect: Enum = Dialect.MDP02
+    request_key: bytes | None = None
+    context: tuple[bytes, ...] = ()
+    service: bytes | None = None
+
+    def __init__(self, envelope: Relayed) -> None:
+        self.envelope = envelope
 
 
 def encode(dialect: Dialect, envelope: Relayed, frames: Relayed) -> Relayed | None:
-    """``frames`` (MDP/0.2, from the core) in ``dialect``'s framing, or None to send nothing."""
-    return encode_with(CODECS[dialect], envelope, frames)
+    """``frames`` (MDP/0.2's form of a message the core sends) in ``dialect``'s framing, behind
+    ``envelope``, or None if the dialect's peer is not sent it (or it is no such message)."""
+    command = from_frames(frames)
+    codec = CODECS[dialect]
+    if isinstance(command, Invalid) or withheld(codec, command):
+        return None
+    return codec.encode(_Route(envelope), command, _nobody)
+
+
+def _nobody(key: bytes) -> None:
+    return None

@@ -1,26 +1,29 @@
-"""``EmqpBridge``: how ``FamilyBroker`` serves eMQP/1.0 peers through the MDP/0.2 core.
+"""``EmqpLayer``: how ``FamilyBroker`` serves eMQP/1.0 peers through the routing core.
 
 eMQP (``specs/emqp-1.0.md``) needs what MDP's frames do not carry: a worker with several
 execution slots, credited one READY at a time, listening on several queues; message ids the
 broker must echo; an ACK, a "submitted" receipt, a result only when asked for; heartbeats the
-broker sends first. The bridge keeps that state and speaks to the core in the core's terms, so
-routing, queueing, expiry and re-dispatch stay the core's (one implementation for every dialect):
+broker sends first. The layer keeps that state and speaks to the core in the core's neutral
+terms, so routing, queueing, expiry and re-dispatch stay the core's (one implementation for
+every dialect):
 
 - A *slot* (one READY, EMQP-06) is one core worker per queue of its worker, each under its own
   peer key (``FamilyBroker.key_for``, as a keyed client's requests are): the core's per-service
   queues and least-recently-used dispatch then serve eMQP's queues as they serve MDP services.
-  When the core hands one of them a request, the bridge withdraws the others (DISCONNECT in the
+  When the core hands one of them a request, the layer withdraws the others (DISCONNECT in the
   core's terms), and the core ends that one with the request (``Broker.single_use``, EMQP-07):
   credits are never spent twice and never kept after use.
 - A client's request is a core client under a key made from its MSGID (EMQP-08), so one client
   may have any number outstanding, as its ``DialectCodec.request_key`` says.
 - What the core sends to these keys is translated back (``encode``): REQUEST with the client's
   MSGID, queue and headers to the worker (EMQP-10); FINAL as the result to a client that asked
-  (EMQP-12); heartbeats and DISCONNECTs to slots are the bridge's own business and go nowhere.
-- What the bridge itself sends (ACK, HEARTBEAT, receipts, refusals, KBYE) waits in
-  ``FamilyBroker.bridged_out``, which ``take_outgoing`` sends before the core's messages.
+  (EMQP-12); heartbeats and DISCONNECTs to slots are the layer's own business and go nowhere.
+- What the layer itself sends (ACK, HEARTBEAT, receipts, refusals, KBYE) goes out through the
+  host (``LayerHost.send``), before the core's messages.
+- A worker's liveness is one clock, the layer's (EMQP-15): the core neither times nor
+  heartbeats its slots.
 
-Like the core, the bridge is driven by calls: no I/O, no clock, no randomness. Message ids it
+Like the core, the layer is driven by calls: no I/O, no clock, no randomness. Message ids it
 makes are ``domo-<n>`` from a counter (EMQP-24).
 """
 
@@ -28,11 +31,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
-from . import mdp
-from .broker import PeerState, PeerTraits
-from .dialects.emqp import (
+from ..broker import PeerState, PeerTraits
+from ..commands import Command, CoreCommand, Role
+from ..dialects.base import RouteView
+from ..dialects.emqp import (
     ACK,
     DISCONNECT,
     EMQP,
@@ -55,7 +59,7 @@ from .dialects.emqp import (
     parse_queues,
     reply_requested,
 )
-from .events import (
+from ..events import (
     BrokerEvent,
     MessageDropped,
     MmiReplied,
@@ -67,13 +71,11 @@ from .events import (
     WorkerDisconnected,
     WorkerExpired,
 )
-from .mdp import BodyFrame, Relayed
-from .timers import DeadlineHeap
+from ..mdp import BodyFrame, Relayed
+from ..timers import DeadlineHeap
+from .base import LayerHost
 
-if TYPE_CHECKING:
-    from .family import FamilyBroker, PeerRoute
-
-__all__ = ["MAX_CREDITS", "EmqpBridge", "credit_cap"]
+__all__ = ["MAX_CREDITS", "EmqpLayer", "credit_cap"]
 
 MAX_CREDITS: Final = 64  # free slots one worker may hold (EMQP-06); EventMQ's default is 4
 # Messages of a worker's pipe kept free of REQUESTs: its ACK and a HEARTBEAT (EMQP-06).
@@ -92,10 +94,9 @@ def credit_cap(pipe_messages: int) -> int:
     return max(1, min(MAX_CREDITS, pipe_messages - lwm + 1 - _PIPE_RESERVE))
 
 
-_READY_FRAMES = (mdp.WORKER_HEADER, mdp.W_READY)
-_FINAL_FRAMES = (mdp.WORKER_HEADER, mdp.W_FINAL)
-_DISCONNECT_FRAMES: Final = (mdp.WORKER_HEADER, mdp.W_DISCONNECT)
-# A slot's traits in the core: the worker's liveness is the bridge's one clock (EMQP-15), so
+_WORKER, _CLIENT = Role.WORKER, Role.CLIENT
+_REGISTER, _REQUEST, _FINAL = Command.REGISTER, Command.REQUEST, Command.FINAL
+# A slot's traits in the core: the worker's liveness is the layer's one clock (EMQP-15), so
 # the core neither expects nor sends heartbeats on its slots, and tells them no DISCONNECT.
 _SLOT_TRAITS: Final = PeerTraits(heartbeats_expected=False, heartbeats_sent=False, disconnect=False)
 _LEAVING = (KBYE, KBAI, DISCONNECT)
@@ -149,10 +150,10 @@ class _Asked:
     address: Address
 
 
-class EmqpBridge:
+class EmqpLayer:
     """eMQP/1.0 peers for a ``FamilyBroker`` (see the module docstring)."""
 
-    def __init__(self, host: FamilyBroker) -> None:
+    def __init__(self, host: LayerHost) -> None:
         self._host = host
         self._core = host.core
         config = host.core.config
@@ -234,20 +235,21 @@ class EmqpBridge:
             elif isinstance(event, RequestExpired | RequestDropped):
                 self._asked.pop(event.client, None)
 
-    def encode(self, key: bytes, route: PeerRoute, frames: Relayed) -> Relayed | None:
+    def encode(self, key: bytes, route: RouteView, command: CoreCommand) -> Relayed | None:
         """What the core sends to an eMQP key, as eMQP, or None to send nothing."""
-        if frames[0] == mdp.WORKER_HEADER:
-            job = self._outgoing.pop(key, None) if frames[1] == mdp.W_REQUEST else None
+        if command.role is _WORKER:
+            job = self._outgoing.pop(key, None) if command.command is _REQUEST else None
             if job is None:
-                return None  # HEARTBEAT, DISCONNECT: the bridge speaks to workers itself
+                return None  # HEARTBEAT, DISCONNECT: the layer speaks to workers itself
             # EMQP-10: the client's MSGID, queue and headers, then its message.
-            return (b"", EMQP_HEADER, REQUEST, job.msgid, job.queue, job.headers, *frames[4:])
-        if frames[1] != mdp.C_FINAL:
+            body = command.body
+            return (b"", EMQP_HEADER, REQUEST, job.msgid, job.queue, job.headers, *body)
+        if command.command is not _FINAL:
             return None  # EMQP-21: no PARTIALs
         asked = self._asked.pop(key, None)
         if asked is None or not asked.reply:
             return None  # EMQP-12: no result unless asked for
-        result = frames[3] if len(frames) > 3 else b""
+        result = command.body[0] if command.body else b""
         return (b"", EMQP_HEADER, REPLY, self._new_id(), result, asked.msgid)
 
     def tick(self, now: float) -> list[BrokerEvent]:
@@ -270,16 +272,17 @@ class EmqpBridge:
         return self._timers.earliest()
 
     def peer_gone(self, peer: bytes, connection: int) -> None:
-        """The I/O layer lost ``peer``: the core drops its keys; the bridge forgets it."""
+        """The I/O layer lost ``peer``: the core drops its keys; the layer forgets it."""
         worker = self._workers.pop((connection, peer), None)
         if worker is not None:
             worker.jobs.clear()
 
-    def shutdown(self) -> None:
+    def shutdown(self, now: float) -> list[BrokerEvent]:
         """EMQP-19: KBYE to every worker (EventMQ's jobmanager reconnects on its own)."""
         for worker in self._workers.values():
             self._send(worker.address, KBYE, ())
         self._workers.clear()
+        return []
 
     # -- inside -----------------------------------------------------------------------------
 
@@ -289,7 +292,7 @@ class EmqpBridge:
 
     def _send(self, address: Address, command: bytes, body: Relayed) -> None:
         message = (b"", EMQP_HEADER, command, self._new_id(), *body)
-        self._host.bridged_out.append((address[0], address[1], message))
+        self._host.send(address[0], address[1], message)
 
     def _answer(self, address: Address, msgid: bytes, result: bytes) -> None:
         self._send(address, REPLY, (result, msgid))
@@ -309,9 +312,14 @@ class EmqpBridge:
         key = host.key_for(address[1], EMQP, address[0], msgid)
         fresh = key not in self._asked
         if fresh:
+            refused = host.count_request(key, queue, sum(map(len, body)), now)
+            if refused is not None:  # FAM-07: its client has as many as it may
+                events += refused
+                self._answer(address, msgid, error_body("too many requests outstanding (FAM-07)"))
+                return
             self._asked[key] = _Asked(msgid, headers, reply_requested(headers), address)
         before = len(events)
-        events += self._core.receive(key, [mdp.CLIENT_HEADER, mdp.C_REQUEST, queue, *body], now)
+        events += self._core.command(key, CoreCommand(_CLIENT, _REQUEST, queue, b"", body), now)
         accepted = any(isinstance(e, RequestQueued | MmiReplied) for e in events[before:])
         if fresh and not accepted:
             del self._asked[key]  # refused (EMQP-08): nothing to answer for
@@ -351,7 +359,7 @@ class EmqpBridge:
             key = self._host.key_for(peer, EMQP, connection, tag, _SLOT_TRAITS)
             self._slots[key] = _Slot(worker, number, queue)
             keys.append(key)
-            got = self._core.receive(key, [*_READY_FRAMES, queue], now)
+            got = self._core.command(key, CoreCommand(_WORKER, _REGISTER, queue), now)
             self._core.single_use(key)  # EMQP-07
             events += got
             if any(isinstance(e, RequestDispatched) and e.worker == key for e in got):
@@ -382,8 +390,8 @@ class EmqpBridge:
                     bytes(frame).decode("utf-8")
             except (BadInput, UnicodeDecodeError) as bad:
                 reason = bad.reason if isinstance(bad, BadInput) else "a frame is not UTF-8"
-                final = [*_FINAL_FRAMES, event.client, b"", error_body(reason)]
-                events += self._core.receive(key, final, now)
+                final = CoreCommand(_WORKER, _FINAL, b"", event.client, (error_body(reason),))
+                events += self._core.command(key, final, now)
                 self._on_ready(worker, now, events)  # the worker never saw it: its credit stands
                 return
             job = _Job(self._new_id(), slot.queue, b"reply-requested")
@@ -393,7 +401,8 @@ class EmqpBridge:
             worker.jobs[job.msgid] = (key, event.client)
         else:
             # EMQP-12: no result asked for: the request is done once handed to the worker.
-            events += self._core.receive(key, [*_FINAL_FRAMES, event.client, b"", b""], now)
+            done = CoreCommand(_WORKER, _FINAL, b"", event.client, (b"",))
+            events += self._core.command(key, done, now)
 
     def _on_reply(
         self, worker: _Worker, message: Sequence[BodyFrame], now: float, events: list[BrokerEvent]
@@ -404,7 +413,8 @@ class EmqpBridge:
         if job is None:
             raise BadInput("EMQP-13", "REPLY for no request this worker holds")
         key, client = job
-        events += self._core.receive(key, [*_FINAL_FRAMES, client, b"", message[3]], now)
+        final = CoreCommand(_WORKER, _FINAL, b"", client, (message[3],))
+        events += self._core.command(key, final, now)
 
     def _slot_gone(self, key: bytes) -> None:
         slot = self._slots.pop(key, None)
