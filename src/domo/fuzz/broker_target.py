@@ -189,6 +189,7 @@ class _Worker:
     suspect_silence: float = 0.0
     reg: _Registration | None = None  # its registration, for the MMI answers owed
     provoked: bool = False  # it sent something that a DISCONNECT may rightly answer
+    kept: bool = False  # died busy in a dialect whose broker keeps busy workers (MDP01-12)
 
 
 @dataclass
@@ -677,7 +678,7 @@ class _Scenario:
         w.lost_request = None
         w.disconnect_rule = "MDP-W-15"
         w.suspect_since = None
-        w.provoked = False
+        w.provoked = w.kept = False
         self.arm("MDP-W-14")
         return w.sock
 
@@ -727,6 +728,11 @@ class _Scenario:
         r.required = r.required and r.losses == 1 and not r.partial_sent
         if r.required:
             self.arm("MDP-S-01")
+
+    def keeps_busy(self, w: _Worker) -> bool:
+        """Is ``w`` busy in a dialect whose busy workers the broker never expires within the
+        liveness span (they do not heartbeat while busy)?"""
+        return w.holding is not None and not self.run.wire.busy_workers_heartbeat
 
     def expired_by(self, w: _Worker) -> float:
         """When the broker has certainly expired the silent ``w``: ``dead_after`` after its last
@@ -894,6 +900,11 @@ class _Scenario:
         self.arm("MDP-S-03", "MDP-C-10" if nobody else "MDP-A-05")
 
     def second_request(self, c: _Client, actor: int, service: bytes) -> None:
+        if not self.run.wire.one_outstanding:
+            # An MDP/0.1 client may keep several requests outstanding, each served
+            # (MDP01-09): not judged as MDP-S-02 there; the second goes as a request anew.
+            self.client_request(c, actor, service, 0)
+            return
         if c.outstanding is None:
             self.client_request(c, actor, self.services[0], 0)
         assert c.outstanding is not None
@@ -1072,7 +1083,13 @@ class _Scenario:
                     self.unregistered_by(w, w.disconnected_at + self.t.forward_window)
                     self.arm("MDP-W-13")
             case "die":
-                if live and w.registered:
+                if live and w.registered and self.keeps_busy(w):
+                    # A busy worker of a dialect whose workers do not heartbeat while busy
+                    # stays registered and busy however silent (MDP01-12, MAJ-08): nothing
+                    # about it is judged from here on.
+                    w.dead = w.kept = True
+                    self.unsure[w.service] = float("inf")
+                elif live and w.registered:
                     w.dead = True
                     self.lose(w, self.expired_by(w))
                     self.unregistered_by(w, self.expired_by(w))
@@ -1080,6 +1097,8 @@ class _Scenario:
             case "late-final":
                 # Die first if alive; send the FINAL once the broker has certainly expired the
                 # worker, so that a random scenario needs no exact run of waits for MDP-D-10.
+                if w.kept or (live and w.registered and self.keeps_busy(w)):
+                    return  # never expired while busy in this dialect: no late FINAL to send
                 if live and w.registered:
                     w.dead = True
                 if w.dead and w.sock is not None:
@@ -1493,10 +1512,14 @@ class _Scenario:
             w.disconnected_at = None  # once is enough
             return
         last = None if up is None else max(w.last_sent, up)
-        if w.dead and last is not None and now - last > self.t.dead_after:
+        # A broker may find a silent worker dead on its heartbeat tick: one interval more.
+        if w.dead and not w.kept and last is not None and now - last > self.t.dead_after:
             quiet = last
             self.confirm(
-                lambda: now - quiet > self.t.dead_after + self.run.pacemaker.lag_since(quiet),
+                lambda: (
+                    now - quiet
+                    > self.t.dead_after + self.t.interval + self.run.pacemaker.lag_since(quiet)
+                ),
                 "MDP-H-07",
                 f"{w.name} has been silent for {now - quiet:.2f} s (dead) and still "
                 f"received {command.name}",

@@ -153,8 +153,8 @@ class _Request:
 
     @property
     def at_worker(self) -> tuple[bytes, ...]:
-        """The data a worker is sent: one empty data part travels as none (DCP-21)."""
-        return () if self.data == (b"",) else self.data
+        """The data a worker is sent: exactly the client's, from DCP to DCP (DCP-21)."""
+        return self.data
 
     def envelope(self) -> tuple[int, bytes, tuple[bytes, ...]]:
         """(width, client-address part, metadata) the reply must carry (DCP-03/07/08/09)."""

@@ -78,6 +78,19 @@ class Wire:
         return self.name != "mdp01"
 
     @property
+    def busy_workers_heartbeat(self) -> bool:
+        """Does this dialect's worker heartbeat while it works on a request? RFC 7's (the
+        Guide's worker API) and majortomo's do not, so a busy one is not taken for dead after
+        the liveness span (MDP01-12, MAJ-08, FAM-09: only after the broker's busy timeout)."""
+        return self.name == "mdp02"
+
+    @property
+    def one_outstanding(self) -> bool:
+        """Does this dialect's client keep one request outstanding (MDP-S-02)? An MDP/0.1
+        client may send several before it reads, each served (MDP01-09)."""
+        return self.name != "mdp01"
+
+    @property
     def replies_name_service(self) -> bool:
         """Does a reply to this dialect's client name its service? (majortomo's not: MAJ-05.)"""
         return self.name != "majortomo"

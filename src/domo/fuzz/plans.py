@@ -102,7 +102,9 @@ def _reply(rng: random.Random) -> list[Step]:
 
 def _redispatch(rng: random.Random) -> list[Step]:
     # READY w0, READY w1, REQUEST, the holder dies (or leaves), wait: MDP-S-01.
-    loss = rng.choice((S("die", 0, 1), S("die", 0, 1), S("late-final", 0, 0)))
+    # The holder dies (in MDP/0.1 and majortomo a busy worker that goes silent is not lost:
+    # MDP01-12, MAJ-08), or leaves with DISCONNECT (w0, the first registered, is usually it).
+    loss = rng.choice((S("die", 0, 1), S("die", 0, 1), S("late-final", 0, 0), S("disconnect")))
     return [S("ready", 0, 0), S("ready", 1, 0), S("request", _w(rng), 0), S("wait", 0, 1), loss]
 
 

@@ -392,6 +392,8 @@ def broker_rules(options: FuzzOptions) -> tuple[str, ...]:
     skipped = set() if options.mmi else {"MDP-M-01", "MDP-M-02", "MDP-D-14"}
     if not Wire(options.dialect).worker_partials:
         skipped |= {"MDP-D-09", "MDP-C-02"}  # no PARTIAL to send or forward
+    if not Wire(options.dialect).one_outstanding:
+        skipped |= {"MDP-S-02", "MDP-D-12"}  # several requests outstanding (MDP01-09)
     if not Wire(options.dialect).worker_sends_request:
         skipped.add("MDP-R-02")
     if options.dialect != "mdp02":
