@@ -46,6 +46,9 @@ DIALECTS = (*MDP_DIALECTS, "emqp", "dcp", "memo01", "peers")
 ALSO: dict[str, tuple[str, ...]] = {
     "forward-stray-reply": ("MDP-D-13", "MDP-D-10"),
     "no-disconnect-on-unexpected": ("MDP-W-10", "MDP-H-01", "MDP-D-14", "MDP-D-13"),
+    # Its slots stay with the core: jobs go on reaching the worker that left (EMQP-16) as
+    # well as its held ones never going to another (EMQP-14).
+    "forget-without-requeue": ("EMQP-16",),
 }
 
 
@@ -70,7 +73,7 @@ def plants(dialects: tuple[str, ...]) -> list[tuple[str, str, tuple[str, ...]]]:
         elif dialect == "emqp":
             from tests.fuzz.planted_emqp_broker import PLANTS
 
-            found += [("emqp", f, (r,)) for f, (_, r, _) in PLANTS.items()]
+            found += [("emqp", f, (r, *ALSO.get(f, ()))) for f, (_, r, _) in PLANTS.items()]
         elif dialect == "dcp":
             found += [("dcp", f, (DCP_PLANTS[f],)) for f in DCP_FLAWS if f != "none"]
         elif dialect == "memo01":

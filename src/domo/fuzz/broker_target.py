@@ -554,7 +554,9 @@ class BrokerRun:
                 # broker may rightly have expired it. Not judged: probe again.
                 self.probe_void = True
                 return False
-            self.put(worker, mdp.worker_reply(mdp.W_FINAL, got[2], [b"probe-ok"]))
+            # A token of the fuzzer's replies (tok:...), so that a scenario's client that gets it
+            # knows it for another client's reply (MDP-R-03).
+            self.put(worker, mdp.worker_reply(mdp.W_FINAL, got[2], [b"tok:probe-ok"]))
             reply = _recv_until(
                 client,
                 deadline,
@@ -1513,7 +1515,8 @@ class _Scenario:
             return
         last = None if up is None else max(w.last_sent, up)
         # A broker may find a silent worker dead on its heartbeat tick: one interval more.
-        if w.dead and not w.kept and last is not None and now - last > self.t.dead_after:
+        late_for = self.t.dead_after + self.t.interval
+        if w.dead and not w.kept and last is not None and now - last > late_for:
             quiet = last
             self.confirm(
                 lambda: (

@@ -117,7 +117,8 @@ def _after_partial(rng: random.Random) -> list[Step]:
         S("wait", 0, 1),
         S("partial", 0, 0),
         S("wait", 0, 1),
-        S("die", 0, 1),
+        # Dies, or leaves (a busy MDP/0.1 or majortomo worker that goes silent is not lost).
+        rng.choice((S("die", 0, 1), S("disconnect", 0, 0))),
     ]
 
 
