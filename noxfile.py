@@ -96,8 +96,9 @@ def mutants(session: nox.Session) -> None:
 
 @nox.session
 def fuzz_planted(session: nox.Session) -> None:
-    """`domo fuzz` against every planted broker, worker and client (60 s each) and domo's own
-    peers over 10 seeds: the find rate and the control runs of docs/fuzz.md."""
+    """`domo fuzz` against every planted broker of every dialect, worker and client (40 s each,
+    seed 1) and domo's own peers as controls: the find rates and control runs of docs/fuzz.md
+    (`-- --hog 2` for the controls under two CPU hogs, `-- --dialects mdp02 emqp` for some)."""
     session.install("-e", ".", *group("test"))
     session.run("python", "tests/fuzz/measure_planted.py", *session.posargs)
 

@@ -75,7 +75,8 @@ EMQP_BEGIN = (
 EMQP_END = "<!-- conformance-emqp:end -->"
 DEFAULT_EVENTMQ_PYTHON = ROOT / "tmp" / "cache" / "eventmq-0.3.13" / "bin" / "python"
 EMQP_FINDING = re.compile(
-    r"^(EMQP-\d+): (.*) \(--seed (\d+), scenario (\d+); broken in (\d+) of (\d+) scenarios\)$"
+    r"^(EMQP-\d+): (.*) \(--seed (\d+); broken in (\d+) of (\d+) scenarios; "
+    r"the smallest: (\d+) step\(s\): (.*)\)$"
 )
 # domo fuzz's exit codes (docs/cli.md); 1 is a crash of domo fuzz itself
 OUTCOMES = {0: "nothing found", 7: "rules broken", 9: "unreachable", 5: "cannot bind or start"}
@@ -350,6 +351,7 @@ def run_emqp(
         "--heartbeat-interval", f"{interval:g}", "--liveness", str(liveness),
         "--seed", str(o.seed), "--time-budget", f"{o.time_budget:g}",
         "--examples", str(o.examples), *([] if malformed else ["--no-malformed"]),
+        "--findings-dir", str(o.run_dir / f"{name}-findings"),
         # EMQP-06's cap on free slots: the spec's 64 for EventMQ's router, which has none of
         # its own; domo's broker's from its pipes (the fuzzer's default, for its defaults).
         *(["--credits", "64"] if system == "eventmq" else []),
@@ -378,13 +380,13 @@ def run_emqp(
     for line in stdout.splitlines():
         match = EMQP_FINDING.match(line)
         if match:
-            rule, explanation, seed, scenario, broken, _of = match.groups()
+            rule, explanation, seed, broken, _of, _count, kinds = match.groups()
             found.append(
                 {
                     "rule": rule,
                     "explanation": explanation,
                     "seed": int(seed),
-                    "scenario": int(scenario),
+                    "steps": kinds,  # the smallest plan's steps (its replay file has seeds)
                     "scenarios_broken": int(broken),
                 }
             )
@@ -446,14 +448,14 @@ def render_emqp(record: dict[str, Any]) -> str:
     if any(r["findings"] for r in ran):
         lines += [
             "",
-            "| system | near misses | rule | first seen (seed, scenario) | what the fuzzer saw |",
+            "| system | near misses | rule | smallest plan (seed; steps) | what the fuzzer saw |",
             "| --- | --- | --- | --- | --- |",
         ]
         for run in ran:
             for f in run["findings"]:
                 lines.append(
                     f"| {run['system']} | {'yes' if run['malformed'] else 'no'} | {f['rule']} | "
-                    f"{f['seed']}, {f['scenario']} | {_cell(f['explanation'])} |"
+                    f"{f['seed']}; {f['steps']} | {_cell(f['explanation'])} |"
                 )
     for run in ran:
         if run.get("broker_stderr_tail") and not run["broker_alive_after"]:

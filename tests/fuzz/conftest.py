@@ -36,10 +36,11 @@ def start_broker() -> Iterator[Callable[[list[str]], str]]:
 
 
 @pytest.fixture
-def planted(start_broker: Callable[[list[str]], str]) -> Callable[[str], str]:
-    """Start tests/fuzz/planted_broker.py with one flaw; its endpoint."""
+def planted(start_broker: Callable[[list[str]], str]) -> Callable[..., str]:
+    """Start tests/fuzz/planted_broker.py with one flaw (and a dialect); its endpoint."""
 
-    def start(flaw: str) -> str:
-        return start_broker([sys.executable, str(PLANTED), flaw, str(INTERVAL), str(LIVENESS)])
+    def start(flaw: str, dialect: str = "mdp02") -> str:
+        argv = [sys.executable, str(PLANTED), flaw, str(INTERVAL), str(LIVENESS), dialect]
+        return start_broker(argv)
 
     return start

@@ -21,7 +21,14 @@ FLAW is one of (the rule ``specs/dcp-v1.md`` gives it):
   as DagBox's broker does (DCP-19);
 - ``dies-on-bad-input``: after the first message without the DCP v1 header or with a type
   frame that is no DCP type in 1 or 4 bytes, nothing more is relayed, as DagBox's broker aborts
-  (DCP-23).
+  (DCP-23);
+- ``drop-dual-reply``: the reply to a request a registered worker sent as a client is dropped
+  (DCP-20);
+- ``mmi-always-200``: ``mmi.service`` says 200 for a service nobody serves (DCP-26);
+- ``no-reconnect-on-reregistration``: a second registration from a registered worker is
+  swallowed, so it gets no reconnect (DCP-18);
+- ``no-reconnect-for-stray-reply``: a reply from a peer that holds no request gets no reconnect
+  (DCP-12).
 """
 
 from __future__ import annotations
@@ -50,6 +57,10 @@ FLAWS = (
     "pings-workers",
     "drops-unknown-service",
     "dies-on-bad-input",
+    "drop-dual-reply",
+    "mmi-always-200",
+    "no-reconnect-on-reregistration",
+    "no-reconnect-for-stray-reply",
 )
 
 
@@ -69,6 +80,8 @@ class Relay:
         self.in_flight: dict[bytes, int] = {}  # requests relayed, not yet replied, per peer
         self.askers: list[bytes] = []
         self.registered: set[bytes] = set()  # every service a worker registered for
+        self.workers: set[bytes] = set()  # every peer that registered
+        self.strays: set[bytes] = set()  # peers that sent a reply while registered nowhere
         self.dead = False
 
     def inbound(self, identity: bytes, frames: list[bytes]) -> bool:
@@ -81,7 +94,12 @@ class Relay:
             return False
         self.last_from[identity] = kind
         if kind == REGISTER and len(frames) > 3:
+            if self.flaw == "no-reconnect-on-reregistration" and identity in self.workers:
+                return False
             self.registered.add(frames[3])
+            self.workers.add(identity)
+        if kind == REPLY and identity not in self.workers:
+            self.strays.add(identity)
         if kind == REQUEST:
             unknown = len(frames) > 3 and frames[3] not in self.registered
             if self.flaw == "drops-unknown-service" and unknown and frames[3][:4] != b"mmi.":
@@ -101,6 +119,10 @@ class Relay:
         width = len(frames[2]) if kind is not None else 1
         if kind == REPLY:
             self.in_flight[identity] = max(0, self.in_flight.get(identity, 0) - 1)
+            if self.flaw == "drop-dual-reply" and identity in self.workers:
+                return []
+            if self.flaw == "mmi-always-200" and frames[-1] == b"404":
+                return [(identity, [*frames[:-1], b"200"])]
             if self.flaw == "reply-wrong-width":
                 other = 4 if width == 1 else 1
                 return [(identity, [*frames[:2], REPLY.to_bytes(other, "little"), *frames[3:]])]
@@ -115,6 +137,9 @@ class Relay:
         if kind == RECONNECT and self.flaw == "pong-to-stranger" and answers_ping:
             return [(identity, [*frames[:2], PONG.to_bytes(width, "little")])]
         if kind == REGISTER and self.flaw == "no-registration-echo":
+            return []
+        stray = identity in self.strays and identity not in self.workers
+        if kind == RECONNECT and self.flaw == "no-reconnect-for-stray-reply" and stray:
             return []
         if kind == PONG and self.flaw == "pings-workers":
             return [(identity, frames), (identity, [*frames[:2], PING.to_bytes(width, "little")])]

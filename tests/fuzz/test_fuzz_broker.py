@@ -7,8 +7,6 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-import pytest
-
 from domo.fuzz import (
     FuzzOptions,
     Replay,
@@ -63,43 +61,11 @@ def test_domo_broker_conforms(start_broker: Callable[[list[str]], str], tmp_path
     assert "MDP-A-04" in result.judged
 
 
-# The search, as CI runs it on a bounded subset of the planted suite (the whole suite, 60 s each:
-# `nox -s fuzz_planted`, docs/fuzz.md). Seed 1 is the seed of that measurement; the search stops
-# as soon as it names the rule, and the budget is several times what it needed there. The search
-# runs in real time, so only plants it finds within seconds are here; every plant's misbehaviour
-# is checked directly, on a fixed scenario, in test_planted_brokers.py.
-@pytest.mark.parametrize(
-    ("flaw", "rule", "seed"),
-    [
-        ("no-heartbeat", "MDP-H-04", 1),
-        ("slow-heartbeat", "MDP-H-04", 1),
-        ("ignore-disconnect", "MDP-W-13", 1),
-        ("die-on-garbage", "MDP-W-16", 1),
-        ("early-expiry", "MDP-H-05", 1),
-        ("no-disconnect-on-unexpected", "MDP-W-15", 1),
-    ],
-)
-def test_planted_broker_is_caught(
-    planted: Callable[[str], str], tmp_path: Path, flaw: str, rule: str, seed: int
-) -> None:
-    endpoint = planted(flaw)
-    options = _options(
-        endpoint, tmp_path, seed=seed, time_budget=30.0, examples=1000, stop_after=(rule,)
-    )
-    result = fuzz_broker(options, progress=None)
-    assert rule in result.rules, [str(f.violation) for f in result.findings]
-    finding = next(f for f in result.findings if f.violation.rule == rule)
-    assert finding.replay_file is not None
-    replay = load_replay(finding.replay_file)
-    assert replay.rule == rule
-    assert replay.steps == finding.steps
-
-
 def test_replay_file_runs_again(
     planted: Callable[[str], str], start_broker: Callable[[list[str]], str], tmp_path: Path
 ) -> None:
     """A saved scenario runs again: the flaw shows, domo's broker passes the same steps."""
-    steps = [Step("ready", 0, 1), Step("disconnect", 0), Step("wait", 0, 4)]
+    steps = [Step("ready", 0, 1), Step("wait", 0, 3), Step("disconnect", 0), Step("wait", 0, 4)]
     path = tmp_path / "scenario.json"
     save_replay(path, Replay("broker", INTERVAL, LIVENESS, steps, "MDP-W-13"))
     replay = load_replay(path)

@@ -125,8 +125,11 @@ def test_fresh_seed_coverage_and_timing_are_printed(
         seeds.append(match.group(1))
         assert f"seed {match.group(1)};" in run.stdout
         assert re.search(r"scenarios in [\d.]+ s \([\d.]+/s\)", run.stdout), run.stdout
-        assert "domo fuzz: rule coverage: " in run.stdout
-        assert re.search(r"rule coverage: (MDP-[A-Z]-\d\d \d+, )*MDP-[A-Z]-\d\d \d+\n", run.stdout)
+        # Per rule: in how many scenarios a check judged it, and in how many it held.
+        coverage = (
+            r"rule coverage \(judged/held\): (MDP-[A-Z]-\d\d \d+/\d+, )*MDP-[A-Z]-\d\d \d+/\d+\n"
+        )
+        assert re.search(coverage, run.stdout), run.stdout
     assert seeds[0] != seeds[1]
     found = [run for run in runs if "MDP-W-13:" in run.stdout]
     for run in found:

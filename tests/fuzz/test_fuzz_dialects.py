@@ -1,8 +1,8 @@
 """`domo fuzz --dialect`: MDP/0.1's and majortomo's peers played against a broker.
 
 domo's own broker passes in both dialects (a short, bounded run each, through the command); a
-broker that breaks MDP/0.1's worker framing (MDP01-02) is found; the fuzzer's framing agrees
-with the codecs of ``domo.protocol.dialects`` both ways (specs/mdp-0.1.md, specs/majortomo.md).
+broker that breaks MDP/0.1's worker framing (MDP01-02) is found; the fuzzer's framing follows
+the spec texts, both ways (specs/mdp-0.1.md, specs/majortomo.md).
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from domo.fuzz import FuzzOptions, fuzz_broker
+from domo.fuzz import frames as mdp
 from domo.fuzz.dialect import Wire
-from domo.protocol import mdp
-from domo.protocol.errors import MalformedMessage
+from domo.fuzz.frames import FrameError
 
 from .conftest import INTERVAL, LIVENESS
 
@@ -100,20 +100,19 @@ def test_dialect_is_for_the_broker_target_only() -> None:
     assert "--dialect" in done.stderr
 
 
-def test_framing_agrees_with_the_codecs() -> None:
-    """What the fuzzer's peers send decodes to the MDP/0.2 message meant (checked inside
-    ``Wire.out``), and what the broker sends reads back as MDP/0.2 (MDP01-02, MDP01-03,
-    MAJ-01..04)."""
+def test_framing_follows_the_dialect_specs() -> None:
+    """What the fuzzer's peers send is framed as specs/mdp-0.1.md and specs/majortomo.md say,
+    and what the broker sends reads back as MDP/0.2 (MDP01-02, MDP01-03, MAJ-01..04)."""
     mdp01, maj = Wire("mdp01"), Wire("majortomo")
-    assert mdp01.out(mdp.worker_ready_frames(b"echo")) == [b"", b"MDPW01", b"\x01", b"echo"]
-    assert mdp01.out(mdp.client_request_frames(b"echo", [b"hi"])) == [
+    assert mdp01.out(mdp.worker_ready(b"echo")) == [b"", b"MDPW01", b"\x01", b"echo"]
+    assert mdp01.out(mdp.client_request(b"echo", [b"hi"])) == [
         b"", b"MDPC01", b"echo", b"hi"
     ]  # fmt: skip
-    assert maj.out(mdp.client_request_frames(b"echo", [b"hi"])) == [
+    assert maj.out(mdp.client_request(b"echo", [b"hi"])) == [
         b"", b"MDPC02", b"\x02", b"echo", b"hi"
     ]  # fmt: skip
     with pytest.raises(ValueError, match="no such command"):
-        mdp01.out(mdp.worker_partial_frames(b"c", [b"x"]))  # MDP/0.1 has no PARTIAL
+        mdp01.out(mdp.worker_reply(mdp.W_PARTIAL, b"c", [b"x"]))  # MDP/0.1 has no PARTIAL
     assert mdp01.worker_in([b"", b"MDPW01", b"\x04"]) == [b"MDPW02", mdp.W_HEARTBEAT]
     assert mdp01.client_in([b"", b"MDPC01", b"echo", b"hi"], b"") == [
         b"MDPC02", mdp.C_FINAL, b"echo", b"hi"
@@ -121,10 +120,10 @@ def test_framing_agrees_with_the_codecs() -> None:
     assert maj.client_in([b"", b"MDPC02", b"\x03", b"part"], b"echo") == [
         b"MDPC02", mdp.C_PARTIAL, b"echo", b"part"
     ]  # fmt: skip
-    with pytest.raises(MalformedMessage) as missing:
+    with pytest.raises(FrameError) as missing:
         mdp01.worker_in([b"MDPW01", b"\x04"])
     assert missing.value.rule == "MDP01-02"
-    with pytest.raises(MalformedMessage) as other:
+    with pytest.raises(FrameError) as other:
         maj.client_in([b"", b"MDPC02", b"\x09", b"x"], b"echo")  # no such reply code
     assert other.value.rule == "MAJ-04"
     # A near-miss that would be valid in another dialect once framed is not sent as garbage.

@@ -72,7 +72,7 @@ async def test_memo_16_the_memo01_fuzzer_catches_a_broker_that_runs_resends_twic
             )
             url = nng.removeprefix("nng+")
             result = await trio.to_thread.run_sync(
-                lambda: fuzz_memo01(url, scenarios=12, seed=5, time_budget=60)
+                lambda: fuzz_memo01(url, scenarios=12, seed=5, time_budget=60, lanes=1)
             )
             assert [f.rule for f in result.findings] == ["MEMO-16"], result
             assert EXIT_FINDINGS == 7

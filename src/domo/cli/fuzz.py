@@ -6,8 +6,10 @@ import argparse
 import os
 import shlex
 import sys
+from collections.abc import Sequence
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import trio
 
@@ -34,6 +36,12 @@ from ._common import (
     _subcommand,
 )
 
+# The dialects fuzzed by a search of their own (not the MDP broker target's scenarios).
+SEARCHES_OF_THEIR_OWN = ("memo01", "dcp", "emqp")
+# Scenarios side by side by default: an MDP scenario is light (a few sockets, heartbeats); an
+# eMQP or DCP one starts more peers and probes after each step; memo01's run trio per lane.
+LANES = {"mdp02": 24, "mdp01": 24, "majortomo": 24, "emqp": 8, "dcp": 8, "memo01": 4}
+
 
 def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     defaults = BrokerConfig()
@@ -41,18 +49,18 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         commands,
         "fuzz",
         "check an MDP/0.2 broker, worker or client against domo's model",
-        "Check an MDP/0.2 peer against the rules of specs/mdp-0.2.md with scenarios that "
-        "Hypothesis generates and shrinks. --target broker (the default): play clients and "
-        "workers against the broker running at ENDPOINT. --target worker or client: bind ENDPOINT "
+        "Check an MDP/0.2 peer against the rules of specs/mdp-0.2.md with generated scenarios, "
+        "each finding shrunk to a small scenario. --target broker (the default): play clients "
+        "and workers against the broker running at ENDPOINT, --lanes scenarios side by side, "
+        "steered to the rules judged least. --target worker or client: bind ENDPOINT "
         "and play the broker against the worker or client that connects to it; --exec CMD starts "
         "it ('{endpoint}' in CMD becomes the endpoint bound, e.g. tcp://127.0.0.1:0 picks a free "
         "port), else start it yourself. A client under test must send requests one after another "
         "for ever (e.g. `domo call --repeat 0`). --dialect mdp01 or majortomo plays that dialect's "
-        "clients and workers against a broker; --dialect memo01, dcp or emqp runs that "
-        "dialect's own seeded search of scenarios against a broker (no shrinking; --seed "
-        "repeats it). Use a short --heartbeat-interval and give the peer the same "
-        "--heartbeat-interval and --liveness. Each violation is printed with its rule id and a "
-        "shrunk scenario, saved for --replay (exit codes below).",
+        "clients and workers against a broker; --dialect memo01, dcp or emqp plays that "
+        "dialect's peers in scenarios of its own. Use a short --heartbeat-interval and give the "
+        "peer the same --heartbeat-interval and --liveness. Each violation is printed with its "
+        "rule id and a shrunk scenario, saved for --replay (exit codes below).",
         _fuzz,
         "warning",
         prepare=_check_fuzz,
@@ -105,6 +113,15 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         default=None,
         metavar="N",
         help="seed of the search; the same seed repeats a run (default: a fresh one, printed)",
+    )
+    sub.add_argument(
+        "--lanes",
+        type=partial(_integer, least=1),
+        default=None,
+        metavar="N",
+        help="scenarios run side by side against a broker, each on sockets of its own "
+        f"(default: {LANES['mdp02']} for the MDP dialects, {LANES['emqp']} for emqp and dcp, "
+        f"{LANES['memo01']} for memo01; 1 plays them one after another)",
     )
     sub.add_argument(
         "--dispatch",
@@ -177,35 +194,36 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def _check_fuzz(args: argparse.Namespace) -> None:
-    if (args.dialect == "memo01") != args.endpoint.startswith(NNG_SCHEME):
+    nng = args.endpoint.startswith(NNG_SCHEME)
+    if (args.dialect == "memo01" and not nng) or (nng and args.dialect not in ("memo01", None)):
         args.parser.error("--dialect memo01 fuzzes a broker's nng+tcp:// or nng+ipc:// endpoint")
+    if nng and args.dialect is None and args.replay is None:
+        args.parser.error("an nng+ ENDPOINT is a memo01 broker's: give --dialect memo01")
+    if args.replay is not None and not args.replay.is_file():
+        args.parser.error(f"--replay: no such file: {args.replay}")
     if args.dialect != "emqp" and (args.workers is not None or not args.malformed):
         args.parser.error("--workers and --no-malformed go with --dialect emqp")
     if args.dialect == "emqp":
-        if args.target not in (None, "broker") or args.replay is not None or args.command:
-            args.parser.error("--dialect emqp: only a broker, without --replay or --exec")
+        if args.target not in (None, "broker") or args.command:
+            args.parser.error("--dialect emqp: only a broker, without --exec")
         try:
             check_endpoint(args.endpoint, bind=False, schemes=CONNECT_SCHEMES)
         except EndpointError as error:
             args.parser.error(f"argument ENDPOINT: {error}")
         return
     if args.dialect == "memo01":
-        if args.target not in (None, "broker") or args.replay is not None or args.command:
-            args.parser.error("--dialect memo01: only a broker, without --replay or --exec")
+        if args.target not in (None, "broker") or args.command:
+            args.parser.error("--dialect memo01: only a broker, without --exec")
         if not _common._nng_installed():
             args.parser.error(f"--dialect memo01: {NNG_EXTRA_HINT}")
         return
-    if args.dialect == "dcp" and (
-        args.target not in (None, "broker") or args.replay is not None or args.command
-    ):
-        args.parser.error("--dialect dcp: only a broker, without --replay or --exec")
+    if args.dialect == "dcp" and (args.target not in (None, "broker") or args.command):
+        args.parser.error("--dialect dcp: only a broker, without --exec")
     if args.target in (None, "broker") and args.replay is None:
         try:  # the broker target connects: no port 0 or '*' there
             check_endpoint(args.endpoint, bind=False, schemes=CONNECT_SCHEMES)
         except EndpointError as error:
             args.parser.error(f"argument ENDPOINT: {error}")
-    if args.replay is not None and not args.replay.is_file():
-        args.parser.error(f"--replay: no such file: {args.replay}")
     if args.dialect not in (None, "mdp02") and args.target not in (None, "broker"):
         args.parser.error("--dialect: only a broker is fuzzed in another dialect than mdp02")
     if args.command is not None:
@@ -218,11 +236,30 @@ def _check_fuzz(args: argparse.Namespace) -> None:
 
 
 async def _fuzz(args: argparse.Namespace) -> int:
-    if args.dialect == "memo01":
+    dialect = args.dialect
+    if args.replay is not None:
+        try:
+            from domo import fuzz
+        except ImportError as error:
+            return _needs_hypothesis(error)
+        try:
+            saved = fuzz.load_replay(args.replay)
+        except ValueError as error:
+            print(f"domo fuzz: {error}", file=sys.stderr)
+            return EXIT_USAGE
+        if saved.dialect in SEARCHES_OF_THEIR_OWN:
+            if dialect not in (None, saved.dialect):
+                print(
+                    f"domo fuzz: {args.replay} is a {saved.dialect} scenario, not {dialect}",
+                    file=sys.stderr,
+                )
+                return EXIT_USAGE
+            dialect = saved.dialect
+    if dialect == "memo01":
         return await _fuzz_memo01(args)
-    if args.dialect == "dcp":
+    if dialect == "dcp":
         return await _fuzz_dcp(args)
-    if args.dialect == "emqp":
+    if dialect == "emqp":
         return await _fuzz_emqp(args)
     try:
         from domo import fuzz
@@ -249,6 +286,7 @@ async def _fuzz(args: argparse.Namespace) -> int:
         dispatch=args.dispatch,
         mmi=args.mmi,
         dialect=args.dialect or "mdp02",
+        lanes=args.lanes or LANES[args.dialect or "mdp02"],
     )
     try:
         if args.replay is not None:
@@ -329,19 +367,42 @@ def _fuzz_endpoint(text: str) -> str:
 
 async def _fuzz_memo01(args: argparse.Namespace) -> int:
     """``domo fuzz --dialect memo01``: ``domo.fuzz.memo01``'s scenarios over NNG."""
-    from domo.fuzz.memo01 import fuzz_memo01
+    from domo import fuzz
+    from domo.fuzz.memo01 import fuzz_memo01, replay_memo01
 
-    seed = _seed(args)
     url = args.endpoint[len(NNG_SCHEME) :]
-    result = await trio.to_thread.run_sync(
-        partial(fuzz_memo01, url, scenarios=args.examples, seed=seed, time_budget=args.time_budget)
+    if args.replay is not None:
+        saved = fuzz.load_replay(args.replay)
+        print(f"replaying {args.replay} ({saved.rule or 'no rule recorded'}):")
+        replayed = partial(replay_memo01, url, saved.steps)
+        return _replayed(await trio.to_thread.run_sync(replayed))
+    seed = _seed(args)
+    print(f"domo fuzz: seed {seed} (--seed {seed} repeats this search)", file=sys.stderr)
+    run = partial(
+        fuzz_memo01,
+        url,
+        scenarios=args.examples,
+        seed=seed,
+        time_budget=args.time_budget,
+        lanes=args.lanes or LANES["memo01"],
+        first=args.first,
+        progress=lambda line: print(f"domo fuzz: found {line}", file=sys.stderr),
     )
+    result = await trio.to_thread.run_sync(run)
     for finding in result.findings:
-        print(f"{finding.rule}: {finding.explanation} (--seed {seed}, scenario {finding.scenario})")
+        kinds = ", ".join(s.kind for s in finding.steps if s.kind != "setup")
+        print(
+            f"{finding.rule}: {finding.explanation} (--seed {seed}; broken in "
+            f"{finding.scenarios} of {result.scenarios} scenarios; the smallest: "
+            f"{len(finding.steps) - 1} step(s): {kinds})"
+        )
+        _save_plan(args, "memo01", finding.rule, finding.explanation, finding.steps)
+    print(fuzz.format_rule_coverage(result.judged, result.held, result.rules))
     broken = ", ".join(f.rule for f in result.findings) or "none"
     print(
-        f"domo fuzz: broker (memo01): {result.scenarios} scenarios in {result.seconds:.1f} s, "
-        f"seed {seed}; {len(result.findings)} rule(s) broken: {broken}"
+        f"domo fuzz: broker (memo01): {result.scenarios} scenarios in {result.seconds:.1f} s "
+        f"({result.scenarios / max(result.seconds, 1e-9):.1f}/s), seed {seed}; "
+        f"{len(result.findings)} rule(s) broken: {broken}"
     )
     return EXIT_FINDINGS if result.findings else EXIT_OK
 
@@ -349,11 +410,24 @@ async def _fuzz_memo01(args: argparse.Namespace) -> int:
 async def _fuzz_dcp(args: argparse.Namespace) -> int:
     """``domo fuzz --dialect dcp``: ``domo.fuzz.dcp``'s scenarios over ZeroMQ."""
     try:  # the module needs only pyzmq, but its package (domo.fuzz) imports Hypothesis
-        from domo.fuzz.dcp import DcpUnreachable, fuzz_dcp
+        from domo import fuzz
+        from domo.fuzz.dcp import DcpUnreachable, fuzz_dcp, replay_dcp
     except ImportError as error:
         return _needs_hypothesis(error)
 
+    if args.replay is not None:
+        saved = fuzz.load_replay(args.replay)
+        print(f"replaying {args.replay} ({saved.rule or 'no rule recorded'}):")
+        replayed = partial(
+            replay_dcp,
+            args.endpoint,
+            saved.steps,
+            heartbeat_interval=saved.heartbeat_interval,
+            liveness=saved.liveness,
+        )
+        return _replayed(await trio.to_thread.run_sync(replayed))
     seed = _seed(args)
+    print(f"domo fuzz: seed {seed} (--seed {seed} repeats this search)", file=sys.stderr)
     run = partial(
         fuzz_dcp,
         args.endpoint,
@@ -362,6 +436,9 @@ async def _fuzz_dcp(args: argparse.Namespace) -> int:
         time_budget=args.time_budget,
         heartbeat_interval=args.heartbeat_interval,
         liveness=args.liveness,
+        stop_at_first=args.first,
+        lanes=args.lanes or LANES["dcp"],
+        progress=lambda line: print(f"domo fuzz: found {line}", file=sys.stderr),
     )
     try:
         result = await trio.to_thread.run_sync(run)
@@ -369,7 +446,15 @@ async def _fuzz_dcp(args: argparse.Namespace) -> int:
         print(f"domo fuzz: target unreachable: {error}", file=sys.stderr)
         return EXIT_UNREACHABLE
     for finding in result.findings:
-        print(f"{finding.rule}: {finding.explanation} (--seed {seed}, scenario {finding.scenario})")
+        kinds = ", ".join(s.kind for s in finding.steps if s.kind != "setup")
+        print(
+            f"{finding.rule}: {finding.explanation} (--seed {seed}; broken in "
+            f"{finding.scenarios} of {result.scenarios} scenarios; the smallest: "
+            f"{len(finding.steps) - 1} step(s): {kinds})"
+        )
+        _save_plan(args, "dcp", finding.rule, finding.explanation, finding.steps)
+    if result.stopped:
+        print(f"domo fuzz: the run stopped: {result.stopped}")
     steps = ", ".join(f"{kind} {n}" for kind, n in sorted(result.steps.items()))
     checked = ", ".join(f"{n} {kind}" for kind, n in sorted(result.checked.items()))
     print(f"domo fuzz: steps played: {steps or 'none'}")
@@ -377,10 +462,12 @@ async def _fuzz_dcp(args: argparse.Namespace) -> int:
         f"domo fuzz: checked {checked or 'nothing'}; {result.unjudged} scenario(s) not judged "
         "(the machine stalled a worker or the broker for half the liveness span)"
     )
+    print(fuzz.format_rule_coverage(result.judged, result.held, result.rules))
     broken = ", ".join(f.rule for f in result.findings) or "none"
     print(
-        f"domo fuzz: broker (dcp): {result.scenarios} scenarios in {result.seconds:.1f} s, "
-        f"seed {seed}; {len(result.findings)} rule(s) broken: {broken}"
+        f"domo fuzz: broker (dcp): {result.scenarios} scenarios in {result.seconds:.1f} s "
+        f"({result.scenarios / max(result.seconds, 1e-9):.1f}/s), seed {seed}; "
+        f"{len(result.findings)} rule(s) broken: {broken}"
     )
     return EXIT_FINDINGS if result.findings else EXIT_OK
 
@@ -388,10 +475,24 @@ async def _fuzz_dcp(args: argparse.Namespace) -> int:
 async def _fuzz_emqp(args: argparse.Namespace) -> int:
     """``domo fuzz --dialect emqp``: ``domo.fuzz.emqp``'s scenarios over ZeroMQ."""
     try:  # the module needs only pyzmq, but its package (domo.fuzz) imports Hypothesis
-        from domo.fuzz.emqp import describe, fuzz_emqp
+        from domo import fuzz
+        from domo.fuzz.emqp import describe, fuzz_emqp, replay_emqp
     except ImportError as error:
         return _needs_hypothesis(error)
 
+    if args.replay is not None:
+        saved = fuzz.load_replay(args.replay)
+        print(f"replaying {args.replay} ({saved.rule or 'no rule recorded'}):")
+        replayed = partial(
+            replay_emqp,
+            args.endpoint,
+            saved.steps,
+            workers_endpoint=args.workers,
+            heartbeat_interval=saved.heartbeat_interval,
+            liveness=saved.liveness,
+            credits=args.credits,
+        )
+        return _replayed(await trio.to_thread.run_sync(replayed))
     seed = _seed(args)
     print(f"domo fuzz: seed {seed} (--seed {seed} repeats this search)", file=sys.stderr)
     run = partial(
@@ -406,19 +507,46 @@ async def _fuzz_emqp(args: argparse.Namespace) -> int:
         malformed=args.malformed,
         credits=args.credits,
         first=args.first,
+        lanes=args.lanes or LANES["emqp"],
         progress=lambda line: print(f"domo fuzz: found {line}", file=sys.stderr),
     )
     result = await trio.to_thread.run_sync(run)
     for line in describe(result):
         print(line)
+    for finding in result.findings:
+        _save_plan(args, "emqp", finding.rule, finding.explanation, finding.steps)
     steps = ", ".join(f"{kind} {count}" for kind, count in result.steps.items())
     print(f"domo fuzz: steps played: {steps or 'none'}")
+    print(fuzz.format_rule_coverage(result.judged, result.held, result.rules))
     broken = ", ".join(f"{f.rule} ({f.scenarios})" for f in result.findings) or "none"
     print(
-        f"domo fuzz: broker (emqp): {result.scenarios} scenarios in {result.seconds:.1f} s, "
-        f"seed {seed}; {len(result.findings)} rule(s) broken: {broken}"
+        f"domo fuzz: broker (emqp): {result.scenarios} scenarios in {result.seconds:.1f} s "
+        f"({result.scenarios / max(result.seconds, 1e-9):.1f}/s), seed {seed}; "
+        f"{len(result.findings)} rule(s) broken: {broken}"
     )
     return EXIT_FINDINGS if result.findings else EXIT_OK
+
+
+def _save_plan(
+    args: argparse.Namespace, dialect: str, rule: str, explanation: str, steps: Sequence[Any]
+) -> None:
+    """Save a finding's plan as a replay file in --findings-dir, and say how to replay it."""
+    from domo import fuzz
+
+    path = args.findings_dir / f"broker-{dialect}-{rule}.json"
+    replay = fuzz.Replay(
+        "broker", args.heartbeat_interval, args.liveness, list(steps), rule, explanation, dialect
+    )
+    fuzz.save_replay(path, replay)
+    print(f"  replay: {shlex.join(['domo', 'fuzz', '--replay', str(path), args.endpoint])}")
+
+
+def _replayed(violations: Sequence[Any]) -> int:
+    """Print what a replayed plan broke; the exit code."""
+    for violation in violations:
+        print(f"{violation.rule}: {violation.explanation}")
+    print(f"{len(violations)} violation(s)")
+    return EXIT_FINDINGS if violations else EXIT_OK
 
 
 def _needs_hypothesis(error: ImportError) -> int:

@@ -46,10 +46,10 @@ from typing import Final
 
 import zmq
 
-from domo.protocol import mdp
-from domo.protocol.errors import MalformedMessage
-
+from . import frames as mdp
 from .dialect import Wire
+from .engine import Outcome, Violation
+from .frames import FrameError
 from .jitter import JitterMeter
 from .scenario import (
     BODIES,
@@ -68,6 +68,14 @@ __all__ = ["BrokerRun", "NeverServed", "TargetDied", "Timing", "Unreachable", "V
 _RUN_IDS: Final = itertools.count()
 _HEARTBEAT: Final = (mdp.WORKER_HEADER, mdp.W_HEARTBEAT)
 _DISCONNECT: Final = (mdp.WORKER_HEADER, mdp.W_DISCONNECT)
+# The frame rules a message the broker sends is judged by, per command (MDP-W-08 for every one).
+_FRAME_RULES: Final = {
+    "REQUEST": ("MDP-W-02", "MDP-R-02"),
+    "HEARTBEAT": ("MDP-W-05",),
+    "DISCONNECT": ("MDP-W-06",),
+    "client PARTIAL": ("MDP-C-02",),
+    "client FINAL": ("MDP-C-03",),
+}
 _NOTHING_ASKED: Final = b"nothing-asked"  # the service of a majortomo reply to a client not waiting
 
 
@@ -128,14 +136,6 @@ class Timing:
         return max(2.0, 2 * self.dead_after)
 
 
-@dataclass(frozen=True, slots=True)
-class Violation:
-    """One broken rule: its id in specs/mdp-0.2.md and what the broker did."""
-
-    rule: str
-    explanation: str
-
-
 class Unreachable(Exception):
     """The target never answered the first probe."""
 
@@ -182,6 +182,23 @@ class _Worker:
     last_beat: float | None = None  # the last message from the broker while it was live
     disconnect_rule: str = "MDP-W-15"  # the rule a missing DISCONNECT breaks
     lost_request: tuple[bytes, int] | None = None  # what it held when it was lost (a zombie's)
+    # The broker went silent to it for dead_after while it heartbeated: which rule that breaks
+    # (MDP-H-04, no heartbeats; MDP-H-05, given up early) waits for what the broker does next.
+    suspect_since: float | None = None
+    suspect_busy: bool = False  # it held a request when the silence was seen
+    suspect_silence: float = 0.0
+    reg: _Registration | None = None  # its registration, for the MMI answers owed
+    provoked: bool = False  # it sent something that a DISCONNECT may rightly answer
+    kept: bool = False  # died busy in a dialect whose broker keeps busy workers (MDP01-12)
+
+
+@dataclass
+class _Registration:
+    """One READY the broker took: until when it may still count for its service (MDP-M-01)."""
+
+    service: bytes
+    ready_at: float
+    gone_by: float = float("inf")  # the broker has certainly unregistered it by then
 
 
 @dataclass
@@ -191,6 +208,9 @@ class _Client:
     seq: int = 0
     outstanding: tuple[bytes, int] | None = None  # (service, seq)
     mmi: tuple[frozenset[bytes], float, str] | None = None  # answers allowed, asked at, rule
+    # What the MMI answer was judged by: live workers' READY times, registrations' "gone by"
+    # times, the window then (judged again with a wider window if the broker ran late).
+    mmi_basis: tuple[list[float], list[float], float] | None = None
     other_seq: int | None = None  # a second REQUEST on this socket: its reply may come instead
     created: float = field(default_factory=time.monotonic)  # when its socket was made
 
@@ -209,6 +229,10 @@ class _Request:
     sibling: tuple[bytes, int] | None = None  # the other of two REQUESTs on one socket
     dispatched: bool = False
     sent_at: float = 0.0  # when the client sent it (its window may start later)
+    arrived_by: float = 0.0  # the broker certainly has it by then (for the queue order)
+    drop: bool = False  # a second REQUEST on one socket while the first stands: not queued
+    partial_forwarded: bool = False  # its client got a PARTIAL of it
+    dispatched_at: float = 0.0  # when its first REQUEST reached a worker
 
 
 @dataclass
@@ -221,6 +245,7 @@ class _Token:
     body: tuple[bytes, ...]
     forbidden: str = ""  # the rule broken if it is forwarded at all
     kind: str = "FINAL"  # or PARTIAL
+    sent_at: float = field(default_factory=time.monotonic)
 
 
 class _Pacemaker:
@@ -240,12 +265,13 @@ class _Pacemaker:
         self.last_drained: float | None = None
         self.registered_at = 0.0
         self.ever_heard = False  # the broker has heartbeated a pacemaker in this run
+        self.late_beats: list[tuple[float, float]] = []  # a late heartbeat: began, how late
 
     def register(self) -> None:
         self.close()
         self.sockets += 1
         self.sock = self.run._socket(f"fz{self.run.run_id}-pace-{self.sockets}".encode())
-        self.run.put(self.sock, mdp.worker_ready_frames(f"fz.{self.run.run_id}.pace".encode()))
+        self.run.put(self.sock, mdp.worker_ready(f"fz.{self.run.run_id}.pace".encode()))
         self.last_sent = self.registered_at = time.monotonic()
         self.last_heard = self.last_heartbeat = self.last_drained = None
 
@@ -292,6 +318,10 @@ class _Pacemaker:
                     # interval.
                     if gap > t.liveness * t.interval:
                         self.long_stalls += 1
+                    if gap > t.interval + t.slack:
+                        # The broker was late from then on, by this much.
+                        self.late_beats.append((now - gap, gap - t.interval))
+                        del self.late_beats[:-50]
                 self.last_heartbeat = now
                 self.last_heard = now
                 self.ever_heard = True
@@ -299,6 +329,17 @@ class _Pacemaker:
                 self.register()
             else:
                 self.last_heard, self.last_heartbeat = now, None
+
+    def lag_since(self, since: float) -> float:
+        """How late the broker ran (its heartbeats to the pacemaker overdue) at worst since
+        ``since``; infinite if it is late now. What it sent after ``since`` may have been
+        decided up to that much before it read what came at ``since``."""
+        if self.stalled(time.monotonic()):
+            return float("inf")
+        t = self.run.timing
+        return max(
+            (late for began, late in self.late_beats if began >= since - t.interval), default=0.0
+        )
 
     def stalled(self, now: float) -> bool:
         """Is the broker's heartbeat to the pacemaker overdue now (the broker not running)?
@@ -322,6 +363,7 @@ class BrokerRun:
     endpoint: str
     timing: Timing
     context: zmq.Context[zmq.Socket[bytes]] = field(default_factory=zmq.Context)
+    owns_context: bool = True  # False: the lanes of a search share one, closed by the search
     # Unique across processes too: two runs against one broker must not share a routing id or
     # a service name, or the second would meet the first's leftover requests.
     run_id: str = field(default_factory=lambda: f"{secrets.token_hex(3)}{next(_RUN_IDS)}")
@@ -335,6 +377,7 @@ class BrokerRun:
     _probe_request_sent: float = 0.0  # when the last probe's REQUEST left (its round trip)
     # The last probe's worker heard a HEARTBEAT after its REQUEST was sent: it was registered.
     probe_registered: bool = False
+    probe_void: bool = False  # the last probe was not judged: the fuzzer itself stalled
     pacemaker: _Pacemaker = field(init=False)
 
     def __post_init__(self) -> None:
@@ -342,7 +385,8 @@ class BrokerRun:
 
     def close(self) -> None:
         self.pacemaker.close()
-        self.context.destroy(linger=0)
+        if self.owns_context:
+            self.context.destroy(linger=0)
 
     def put(self, sock: zmq.Socket[bytes], frames: Sequence[bytes]) -> None:
         """Send a valid MDP/0.2 client or worker message, in the dialect's framing."""
@@ -353,7 +397,7 @@ class BrokerRun:
         dialect's (the scenario's checks report that; the probes just ignore it)."""
         try:
             return self.wire.worker_in(frames)
-        except MalformedMessage as error:
+        except FrameError as error:
             self.misframed = Violation(error.rule, f"a worker received {error.reason}")
             return []
 
@@ -361,7 +405,7 @@ class BrokerRun:
         """A message to a client as MDP/0.2 frames, or an empty list (as :meth:`worker_in`)."""
         try:
             return self.wire.client_in(frames, service)
-        except MalformedMessage as error:
+        except FrameError as error:
             self.misframed = Violation(error.rule, f"a client received {error.reason}")
             return []
 
@@ -380,7 +424,9 @@ class BrokerRun:
         so that a mismatch is named as such before any scenario is judged by it.
         """
         started = time.monotonic()
-        if not self.probe("start", self.timing.probe_timeout, registered_first=True):
+        # A broker just started on a loaded machine may take a while to answer at all.
+        patience = max(5.0, self.timing.probe_timeout)
+        if not self.probe("start", patience, registered_first=True):
             if self.misframed is not None:  # it answered, in another framing than the dialect's
                 raise NeverServed(
                     f"the broker at {self.endpoint} did not answer in {self.wire.name}'s framing: "
@@ -388,8 +434,7 @@ class BrokerRun:
                     [self.misframed],
                 )
             raise Unreachable(
-                f"no MDP/0.2 broker answered at {self.endpoint} within "
-                f"{self.timing.probe_timeout:.1f} s"
+                f"no MDP/0.2 broker answered at {self.endpoint} within {patience:.1f} s"
             )
         # From the REQUEST on: the probe's wait for the worker's registration is not a trip.
         round_trip = time.monotonic() - max(started, self._probe_request_sent)
@@ -410,6 +455,12 @@ class BrokerRun:
                 )
             ]
         measured = sum(gaps) / len(gaps)
+        if measured > self.timing.heartbeat_gap_limit:
+            # Measured again before the verdict: a broker starved of CPU for a moment on a
+            # loaded machine heartbeats late, one at a different interval does so each time.
+            again = self.measure_heartbeats()
+            if again:
+                measured = min(measured, sum(again) / len(again))
         self.measured_interval = measured
         if measured > self.timing.heartbeat_gap_limit or measured < interval / 2:
             message = (
@@ -421,7 +472,8 @@ class BrokerRun:
 
     @property
     def heartbeat_patience(self) -> float:
-        return max(3.0, 4 * self.timing.interval)
+        # Generous: a broker starved of CPU on a loaded machine is late, not silent.
+        return max(6.0, 6 * self.timing.interval)
 
     def measure_heartbeats(self) -> list[float]:
         """A fresh idle worker heartbeats at the agreed interval; the gaps between the broker's
@@ -429,7 +481,7 @@ class BrokerRun:
         service = f"fz.{self.run_id}.hb".encode()
         worker = self._socket(f"fz{self.run_id}-hb".encode())
         try:
-            self.put(worker, mdp.worker_ready_frames(service))
+            self.put(worker, mdp.worker_ready(service))
             sent = last = time.monotonic()
             deadline = sent + self.heartbeat_patience
             gaps: list[float] = []
@@ -458,8 +510,19 @@ class BrokerRun:
         service = f"fz.{self.run_id}.{tag}.probe".encode()
         worker = self._socket(f"fz{self.run_id}-{tag}-pw".encode())
         client = self._socket(f"fz{self.run_id}-{tag}-pc".encode())
+        last_sent = [time.monotonic()]
+        t = self.timing
+
+        def beat() -> float:
+            # The probe's worker heartbeats while it waits, as any live worker does.
+            now = time.monotonic()
+            if now - last_sent[0] >= t.interval:
+                self.put(worker, _HEARTBEAT)
+                last_sent[0] = now
+            return last_sent[0] + t.interval
+
         try:
-            self.put(worker, mdp.worker_ready_frames(service))
+            self.put(worker, mdp.worker_ready(service))
             deadline = time.monotonic() + timeout
             # The two sockets are two connections: a REQUEST sent now may reach the broker
             # before the READY, and then only dispatch-on-READY (MDP-C-10) would serve it; the
@@ -472,20 +535,28 @@ class BrokerRun:
                     min(deadline, time.monotonic() + 1.5 * self.timing.interval),
                     self.worker_in,
                     lambda f: list(f[:2]) == list(_HEARTBEAT),
+                    beat,
                 )
-            self.put(client, mdp.client_request_frames(service, [b"probe"]))
+            self.put(client, mdp.client_request(service, [b"probe"]))
             self._probe_request_sent = time.monotonic()
-            self.probe_registered = False
+            self.probe_registered = self.probe_void = False
 
             def dispatched(frames: list[bytes]) -> bool:
                 if list(frames[:2]) == list(_HEARTBEAT):
                     self.probe_registered = True  # the broker has the worker's READY
                 return len(frames) >= 5 and frames[1] == mdp.W_REQUEST
 
-            got = _recv_until(worker, deadline, self.worker_in, dispatched)
+            got = _recv_until(worker, deadline, self.worker_in, dispatched, beat)
             if got is None:
                 return False
-            self.put(worker, mdp.worker_final_frames(got[2], [b"probe-ok"]))
+            if time.monotonic() - last_sent[0] > t.keep_alive_limit:
+                # This process was too late to keep its worker alive (a stalled machine): the
+                # broker may rightly have expired it. Not judged: probe again.
+                self.probe_void = True
+                return False
+            # A token of the fuzzer's replies (tok:...), so that a scenario's client that gets it
+            # knows it for another client's reply (MDP-R-03).
+            self.put(worker, mdp.worker_reply(mdp.W_FINAL, got[2], [b"tok:probe-ok"]))
             reply = _recv_until(
                 client,
                 deadline,
@@ -503,14 +574,30 @@ class BrokerRun:
         self.examples += 1
         return _Scenario(self, f"e{self.examples}").play(steps)
 
+    def play(self, plan: Sequence[object]) -> Outcome:
+        """Play one plan of :class:`Step` for the search (:mod:`domo.fuzz.engine`)."""
+        self.examples += 1
+        scenario = _Scenario(self, f"e{self.examples}")
+        steps = [step for step in plan if isinstance(step, Step)]
+        try:
+            seen = scenario.play(steps)
+        except TargetDied as dead:
+            return Outcome(dead.seen, frozenset(scenario.exercised), fatal=dead.violation)
+        return Outcome(list(seen), frozenset(scenario.exercised))
+
 
 def _recv_until(
     sock: zmq.Socket[bytes],
     deadline: float,
     translate: Callable[[list[bytes]], list[bytes]],
     wanted: Callable[[list[bytes]], bool],
+    keep_alive: Callable[[], float] | None = None,
 ) -> list[bytes] | None:
+    """The first message on ``sock`` that is ``wanted``, or None at ``deadline``;
+    ``keep_alive`` (a probe's worker heartbeating) runs meanwhile, and says when next."""
     while (left := deadline - time.monotonic()) > 0:
+        if keep_alive is not None:
+            left = min(left, max(0.0, keep_alive() - time.monotonic()))
         if sock.poll(int(left * 1000) + 1, zmq.POLLIN):
             frames = translate(sock.recv_multipart())
             if wanted(frames):
@@ -531,6 +618,7 @@ class _Scenario:
             for i in range(CLIENTS)
         ]
         self.sockets_made = 0
+        self.token_prefix = f"tok:{self.prefix}:".encode()  # of this scenario's replies
         self.violations: list[Violation] = []
         self.tokens: dict[bytes, _Token] = {}
         # A client of another dialect is named to workers by a key the broker makes: both ways.
@@ -549,11 +637,24 @@ class _Scenario:
         # left without a certain unregistration (after malformed messages, MDP-W-16 is only a
         # SHOULD): a request may go to it unseen, so no dispatch is required until then.
         self.unsure: dict[bytes, float] = {}
+        self.registrations: list[_Registration] = []  # every READY the broker took
+        self.senders: dict[bytes, _Worker] = {}  # a reply's token -> the worker that sent it
+        # Findings about something that came too late, judged again an interval later with
+        # the windows then: a broker that stalled a moment ago shows it in the pacemaker's
+        # next heartbeat, which may be read after the late message itself.
+        self.confirms: list[tuple[float, Callable[[], bool], str, str]] = []
+        # MDP-A-03: (the request overtaken, the one dispatched before it, judged when).
+        self.overtakes: list[tuple[tuple[bytes, int], tuple[bytes, int], float, float]] = []
 
     # --- bookkeeping -----------------------------------------------------------------------
 
     def flag(self, rule: str, explanation: str) -> None:
         self.violations.append(Violation(rule, explanation))
+
+    def confirm(self, check: Callable[[], bool], rule: str, explanation: str) -> None:
+        """Flag ``rule`` an interval and a slack from now if ``check()`` still holds then."""
+        due = time.monotonic() + self.t.interval + self.t.slack
+        self.confirms.append((due, check, rule, explanation))
 
     def arm(self, *rules: str) -> None:
         """These rules' checks have something to judge in this scenario (rule coverage)."""
@@ -578,13 +679,34 @@ class _Scenario:
         w.last_beat = None
         w.lost_request = None
         w.disconnect_rule = "MDP-W-15"
+        w.suspect_since = None
+        w.provoked = w.kept = False
         self.arm("MDP-W-14")
         return w.sock
+
+    def unregistered_by(self, w: _Worker, when: float) -> None:
+        """The broker has certainly unregistered ``w`` by ``when`` (for MMI, MDP-M-01), if its
+        connection was up for what it last sent (else not certainly: never)."""
+        if w.reg is not None:
+            up = self.connected_at(w)
+            if up is not None:
+                w.reg.gone_by = min(w.reg.gone_by, when + max(0.0, up - w.last_sent))
+            w.reg = None
+
+    def connected_at(self, w: _Worker) -> float | None:
+        """By when ``w``'s connection was certainly up: when the broker first sent its socket
+        something (None: not yet). A message ``w`` sent at ``t`` reached the broker by
+        ``max(t, connected_at) + slack``: a fresh socket's first messages wait for the
+        connection, which a loaded machine can delay for long."""
+        return w.registered_seen
 
     def retire(self, w: _Worker) -> None:
         if w.sock is not None:
             self.abandoned.append(w.sock)
             w.sock = None
+        # It sends nothing more: certainly expired one interval after dead_after at the latest.
+        self.unregistered_by(w, self.expired_by(w))
+        self.resolve_silence(w, at_end=True)
         self.lose(w, time.monotonic())
         w.registered = False
         w.expect_disconnect_since = None
@@ -601,11 +723,18 @@ class _Scenario:
         r.state = "queued"
         r.losses += 1
         r.queued_since = at
+        if r.partial_forwarded:
+            self.arm("MDP-D-09")  # it must not be dispatched again
         # MDP-S-01: resent to another worker, at least once; after a PARTIAL a broker may drop
         # it instead (MDP-D-09), and after that one resend it may give up (MDP-D-08).
         r.required = r.required and r.losses == 1 and not r.partial_sent
         if r.required:
             self.arm("MDP-S-01")
+
+    def keeps_busy(self, w: _Worker) -> bool:
+        """Is ``w`` busy in a dialect whose busy workers the broker never expires within the
+        liveness span (they do not heartbeat while busy)?"""
+        return w.holding is not None and not self.run.wire.busy_workers_heartbeat
 
     def expired_by(self, w: _Worker) -> float:
         """When the broker has certainly expired the silent ``w``: ``dead_after`` after its last
@@ -646,8 +775,18 @@ class _Scenario:
             if self.deferred_at is not None and self.deferred_at >= settle:
                 # Judging was put off while the broker stalled: give it the time it lost.
                 self.pump(time.monotonic() + self.t.dead_after)
+            for w in self.workers:
+                self.resolve_silence(w, at_end=True)
             self.judge_heartbeat_rate()
-            if not self.run.probe(self.tag, self.t.probe_timeout):
+            self.arm("MDP-W-16" if self.had_garbage else "MDP-A-01")
+            served = self.run.probe(self.tag, self.t.probe_timeout)
+            for again in range(2):  # a probe this process was too slow to keep alive
+                if served or not self.run.probe_void:
+                    break
+                served = self.run.probe(f"{self.tag}v{again}", self.t.probe_timeout)
+            if not served and self.run.probe_void:
+                return self.violations  # every probe stalled in this process: not judged
+            if not served:
                 if self.run.probe_registered and self.run.probe(
                     f"{self.tag}r", self.t.probe_timeout, registered_first=True
                 ):
@@ -661,6 +800,15 @@ class _Scenario:
                         f"dispatched to it within {self.t.probe_timeout:.1f} s (the broker "
                         "serves one sent after the registration)",
                     )
+                    return self.violations
+                # Once more after the liveness span, and once the broker heartbeats the
+                # pacemaker again (at most 10 s): a broker starved of CPU for a while is slow,
+                # not stopped (a stopped one costs this wait once, at the end).
+                give_up = time.monotonic() + 10.0
+                self.pump(time.monotonic() + self.t.dead_after)
+                while (now := time.monotonic()) < give_up and self.run.pacemaker.stalled(now):
+                    self.pump(now + self.t.interval)
+                if self.run.probe(f"{self.tag}w", self.t.probe_timeout, registered_first=True):
                     return self.violations
                 rule = "MDP-W-16" if self.had_garbage else "MDP-A-01"
                 why = (
@@ -685,6 +833,8 @@ class _Scenario:
         t = self.t
         ends = [since + t.forward_window for since, _, _ in self.due.values()]
         ends += [c.mmi[1] + t.forward_window for c in self.clients if c.mmi is not None]
+        ends += [when for _, _, _, when in self.overtakes]
+        ends += [due for due, _, _, _ in self.confirms]
         ends += [
             w.expect_disconnect_since + t.dead_after
             for w in self.workers
@@ -735,33 +885,52 @@ class _Scenario:
         ident = c.address + b":" + str(c.seq).encode()
         _, template = BODIES[body_index % len(BODIES)]
         body = tuple(ident if f == b"{id}" else f for f in template)
+        if self.run.wire.name != "mdp02" and body[0] != ident:
+            # A client of another dialect is named to workers by a key the broker makes,
+            # learnt from the body of its first request: each body must tell whose it is.
+            body = (ident, *body)
         now = time.monotonic()
         nobody = not self.live_workers_of(service)
         # On a socket made a moment ago the REQUEST leaves only once the connection is up (a
         # round trip through both ends): its window starts one forward_window after the socket.
         since = max(now, c.created + self.t.forward_window)
-        self.requests[(c.address, c.seq)] = _Request(service, body, since, sent_at=now)
+        self.requests[(c.address, c.seq)] = _Request(
+            service, body, since, sent_at=now, arrived_by=since
+        )
         c.outstanding = (service, c.seq)
-        self.run.put(c.sock, mdp.client_request_frames(service, list(body)))
+        self.run.put(c.sock, mdp.client_request(service, list(body)))
         self.arm("MDP-S-03", "MDP-C-10" if nobody else "MDP-A-05")
 
     def second_request(self, c: _Client, actor: int, service: bytes) -> None:
+        if not self.run.wire.one_outstanding:
+            # An MDP/0.1 client may keep several requests outstanding, each served
+            # (MDP01-09): not judged as MDP-S-02 there; the second goes as a request anew.
+            self.client_request(c, actor, service, 0)
+            return
         if c.outstanding is None:
             self.client_request(c, actor, self.services[0], 0)
         assert c.outstanding is not None
         first = (c.address, c.outstanding[1])
         c.seq += 1
         body = (c.address + b":second:" + str(c.seq).encode(),)
-        # MDP-S-02: at most one of the two is served. Which one is the broker's choice, so
-        # neither is required to be dispatched any more.
-        self.requests[(c.address, c.seq)] = _Request(
-            service, body, time.monotonic(), required=False, sibling=first
-        )
-        c.other_seq = c.seq
-        if first in self.requests:
-            self.requests[first].required = False
-            self.requests[first].sibling = (c.address, c.seq)
-        self.run.put(c.sock, mdp.client_request_frames(service, list(body)))
+        now = time.monotonic()
+        second = _Request(service, body, now, required=False, sibling=first, sent_at=now)
+        self.requests[(c.address, c.seq)] = second
+        r1 = self.requests.get(first)
+        if r1 is not None and r1.state in ("queued", "held") and r1.losses == 0:
+            # The first is outstanding for certain (its worker has not answered, nor been
+            # lost), and both come on one socket, in order: the second is dropped and the
+            # first stands (MDP-S-02, MDP-D-12).
+            second.drop = True
+            r1.sibling = (c.address, c.seq)
+            self.arm("MDP-D-12")
+        else:
+            # The first may have ended meanwhile: at most one of the two is served, either.
+            c.other_seq = c.seq
+            if r1 is not None:
+                r1.required = False
+                r1.sibling = (c.address, c.seq)
+        self.run.put(c.sock, mdp.client_request(service, list(body)))
         self.arm("MDP-S-02")
 
     def mmi(self, c: _Client, actor: int, which: int) -> None:
@@ -772,7 +941,7 @@ class _Scenario:
         now = time.monotonic()
         due = now  # answered within forward_window of this
         if which == 3:
-            self.run.put(c.sock, mdp.client_request_frames(b"mmi.nosuch", [b"x"]))
+            self.run.put(c.sock, mdp.client_request(b"mmi.nosuch", [b"x"]))
             c.mmi = (frozenset({b"501"}), due, "MDP-M-02")
             self.arm("MDP-M-02")
             return
@@ -782,26 +951,33 @@ class _Scenario:
             # A busy worker's service (MDP-M-01: a worker serves it, idle or busy).
             busy = [w.service for w in self.workers if w.holding is not None and self.beats(w)]
             name = self.services[which] if which < SERVICES else (busy or self.services)[0]
-            # A worker whose READY may not have reached the broker yet leaves the answer open
-            # (200 or 404): let the workers of the service settle first, so that the answer is
-            # judged (at most forward_window).
-            fresh = [w.ready_at for w in self.live_workers_of(name)]
-            if fresh and max(fresh) + self.t.forward_window > now:
-                self.pump(max(fresh) + self.t.forward_window + 0.001)
+            # A READY that may not have reached the broker yet, or a registration the broker
+            # is about to drop for certain (after a DISCONNECT, or the liveness span of a
+            # worker gone silent), leaves the answer open (200 or 404): let them settle first,
+            # so that the answer is judged.
+            window = self.t.forward_window
+            ahead = self.t.dead_after + self.t.interval + window
+            regs = [r for r in self.registrations if r.service == name]
+            settle = [w.ready_at + window for w in self.live_workers_of(name)]
+            settle += [r.gone_by for r in regs if now < r.gone_by < now + ahead]
+            if settle and max(settle) > now:
+                self.pump(max(settle) + 0.001)
                 now = due = time.monotonic()
             settled = [
                 w
                 for w in self.live_workers_of(name)
-                if now - w.ready_at > self.t.forward_window
-                and now - w.last_heard < self.t.dead_after
+                if now - w.ready_at > window and now - w.last_heard < self.t.dead_after
             ]
             if settled:
                 allowed = {b"200"}  # a live worker serves it (idle or busy)
-            elif name not in self.ever_served:
-                allowed = {b"404"}
+            elif all(r.gone_by < now for r in regs):
+                allowed = {b"404"}  # never served, or every worker it had is gone for certain
             else:
                 allowed = {b"200", b"404"}  # a worker came or went just now
-        self.run.put(c.sock, mdp.client_request_frames(b"mmi.service", [name]))
+            c.mmi_basis = ([w.ready_at for w in settled], [r.gone_by for r in regs], window)
+        if which == 2:
+            c.mmi_basis = None
+        self.run.put(c.sock, mdp.client_request(b"mmi.service", [name]))
         c.mmi = (frozenset(allowed), due, "MDP-M-01")
         self.arm("MDP-M-01")
 
@@ -821,10 +997,12 @@ class _Scenario:
                 self.mmi(c, step.actor, step.arg % len(MMI_QUERIES))
             return
         w = self.workers[step.actor % len(self.workers)]
-        if step.kind == "reply":
+        if step.kind in ("reply", "partial"):
             self.await_dispatch()
         holders = [x for x in self.workers if x.holding is not None and self.beats(x)]
-        if holders and ((step.kind == "die" and step.arg == 1) or step.kind == "reply"):
+        if holders and (
+            (step.kind == "die" and step.arg == 1) or step.kind in ("reply", "partial")
+        ):
             # The holder dies, or replies: a reply from a worker that holds nothing would do
             # nothing, and which worker got the request is the broker's choice.
             w = w if w in holders else holders[0]
@@ -855,16 +1033,18 @@ class _Scenario:
                 if self.run.mmi:
                     self.fresh_socket(w)
                     w.service = f"mmi.fz.{self.run.run_id}.{self.tag}".encode()
-                    self.send(w, mdp.worker_ready_frames(w.service))
+                    self.send(w, mdp.worker_ready(w.service))
                     self.expect_disconnect(w, "MDP-D-14")
             case "ready":
                 if not w.registered or not live:
                     self.fresh_socket(w)
                     w.service = self.services[step.arg % SERVICES]
-                    self.send(w, mdp.worker_ready_frames(w.service))
+                    self.send(w, mdp.worker_ready(w.service))
                     w.registered = True
                     w.idle_since = w.ready_at = time.monotonic()
                     w.registered_seen = None
+                    w.reg = _Registration(w.service, w.ready_at)
+                    self.registrations.append(w.reg)
                     self.ever_served.add(w.service)
                     self.arm("MDP-H-04", "MDP-H-05")
                     if self.queued_for(w.service):
@@ -884,6 +1064,15 @@ class _Scenario:
                     w.idle_since = time.monotonic()
                     if self.queued_for(w.service):
                         self.arm("MDP-A-05")  # the next queued request is owed to it now
+            case "partial":
+                # MDP/0.1's worker has no PARTIAL (MDP01-04).
+                if (
+                    live
+                    and w.registered
+                    and w.holding is not None
+                    and self.run.wire.worker_partials
+                ):
+                    self.send_reply(w, mdp.W_PARTIAL, late=False)
             case "heartbeat":
                 if live and w.registered:
                     self.send(w, _HEARTBEAT)
@@ -893,26 +1082,41 @@ class _Scenario:
                     w.registered = False
                     self.lose(w, time.monotonic())
                     w.disconnected_at = time.monotonic()
+                    self.unregistered_by(w, w.disconnected_at + self.t.forward_window)
                     self.arm("MDP-W-13")
             case "die":
-                if live and w.registered:
+                if live and w.registered and self.keeps_busy(w):
+                    # A busy worker of a dialect whose workers do not heartbeat while busy
+                    # stays registered and busy however silent (MDP01-12, MAJ-08): nothing
+                    # about it is judged from here on.
+                    w.dead = w.kept = True
+                    self.unsure[w.service] = float("inf")
+                elif live and w.registered:
                     w.dead = True
                     self.lose(w, self.expired_by(w))
+                    self.unregistered_by(w, self.expired_by(w))
                     self.arm("MDP-H-07")
             case "late-final":
                 # Die first if alive; send the FINAL once the broker has certainly expired the
                 # worker, so that a random scenario needs no exact run of waits for MDP-D-10.
+                if w.kept or (live and w.registered and self.keeps_busy(w)):
+                    return  # never expired while busy in this dialect: no late FINAL to send
                 if live and w.registered:
                     w.dead = True
-                held = w.holding or w.lost_request
                 if w.dead and w.sock is not None:
                     self.lose(w, self.expired_by(w))
-                    self.pump(w.last_sent + self.t.dead_after + 0.01)
-                if w.dead and held is not None and w.sock is not None:
-                    now = time.monotonic()
-                    late = now - w.last_sent >= self.t.dead_after
+                    # Until the broker has certainly expired it: the window is read afresh
+                    # (it widens with the jitter), and a stalled broker has not run its timers.
+                    give_up = time.monotonic() + 4 * self.t.dead_after
+                    while (now := time.monotonic()) < give_up and (
+                        now < self.expired_by(w) or self.run.pacemaker.stalled(now)
+                    ):
+                        self.pump(min(give_up, max(self.expired_by(w), now + 0.01)) + 0.001)
+                held = w.holding or w.lost_request
+                now = time.monotonic()
+                if w.dead and held is not None and w.sock is not None and now >= self.expired_by(w):
                     w.holding = held  # the reply names the request it held
-                    self.send_reply(w, mdp.W_FINAL, late=late)
+                    self.send_reply(w, mdp.W_FINAL, late=True)
                     w.holding = None
                     self.arm("MDP-D-10")
                     self.unsure[w.service] = time.monotonic() + self.t.dead_after
@@ -963,18 +1167,23 @@ class _Scenario:
             self.pump(min(deadline, time.monotonic() + 0.01))
 
     def unexpected(self, w: _Worker, live: bool, which: int) -> None:
-        if which == 3:  # HEARTBEAT before READY, on a fresh socket
+        # Each cell's rule is the one the transition table gives (specs/mdp-0.2.md section 10).
+        if which == 3:  # HEARTBEAT before READY, on a fresh socket: UNKNOWN, HEARTBEAT
             self.fresh_socket(w)
             self.send(w, _HEARTBEAT)
-        elif not (live and w.registered):
+            self.expect_disconnect(w, "MDP-H-01")
             return
-        elif which == 0:
-            self.send(w, mdp.worker_ready_frames(w.service))
-        elif which == 1:
-            if w.holding is not None:
-                return
-            address = self.opaque(self.clients[0].address)
-            self.send(w, mdp.worker_final_frames(address, [b"unasked"]))
+        if not (live and w.registered):
+            return
+        if which == 0:  # IDLE or BUSY, READY
+            self.send(w, mdp.worker_ready(w.service))
+            self.expect_disconnect(w, "MDP-W-10")
+            return
+        if which == 1:
+            if w.holding is not None or self.queued_for(w.service):
+                return  # a request on its way to it would make the FINAL expected
+            # IDLE, FINAL: DISCONNECT, never forwarded (MDP-W-15).
+            self.send_stray(w, mdp.W_FINAL, self.waiting_client(), "MDP-W-15")
         elif self.run.wire.worker_sends_request:
             self.send(w, [mdp.WORKER_HEADER, mdp.W_REQUEST, self.clients[0].address, b"", b"x"])
         else:
@@ -984,7 +1193,9 @@ class _Scenario:
     def expect_disconnect(self, w: _Worker, rule: str) -> None:
         w.expect_disconnect_since = time.monotonic()
         w.disconnect_rule = rule
+        w.provoked = True
         w.registered = False
+        self.unregistered_by(w, self.expired_by(w))
         self.lose(w, time.monotonic())
         self.arm(rule)
 
@@ -999,7 +1210,8 @@ class _Scenario:
         if which in (0, 1):
             self.fresh_socket(w)
             c = self.waiting_client()
-            self.send_stray(w, code, c, "MDP-D-10")
+            # UNKNOWN, PARTIAL or FINAL: DISCONNECT, never forwarded (MDP-W-15).
+            self.send_stray(w, code, c, "MDP-W-15")
             self.expect_disconnect(w, "MDP-W-15")
         elif which in (2, 3):
             if not (live and w.registered and w.holding is not None):
@@ -1016,11 +1228,12 @@ class _Scenario:
             w.registered = False
             self.lose(w, time.monotonic())
             w.disconnected_at = time.monotonic()
+            self.unregistered_by(w, w.disconnected_at + self.t.forward_window)
             self.send_stray(w, code, holder or self.waiting_client(), "MDP-D-10")
             self.arm("MDP-W-13")
 
     def send_stray(self, w: _Worker, code: bytes, c: _Client, rule: str) -> None:
-        token = f"tok:{self.prefix}:{len(self.tokens)}".encode()
+        token = self.token_prefix + str(len(self.tokens)).encode()
         seq = c.outstanding[1] if c.outstanding is not None else 0
         self.tokens[token] = _Token(c.address, seq, False, (token,), forbidden=rule)
         self.send(w, [mdp.WORKER_HEADER, code, self.opaque(c.address), b"", token])
@@ -1031,10 +1244,11 @@ class _Scenario:
     ) -> None:
         assert w.holding is not None
         client, seq = w.holding
-        token = f"tok:{self.prefix}:{len(self.tokens)}".encode()
+        token = self.token_prefix + str(len(self.tokens)).encode()
         body = (token, *extra)
         kind = "FINAL" if code == mdp.W_FINAL else "PARTIAL"
         self.tokens[token] = _Token(client, seq, late, body, kind=kind)
+        self.senders[token] = w
         self.send(w, [mdp.WORKER_HEADER, code, self.opaque(client), b"", *body])
         r = self.requests.get((client, seq))
         if r is not None and code == mdp.W_PARTIAL:
@@ -1156,14 +1370,24 @@ class _Scenario:
                             f"HEARTBEAT in {silent:.2f} s (interval {self.t.interval} s)",
                         )
                     else:
-                        self.flag(
-                            "MDP-H-05",
-                            f"{w.name} kept heartbeating yet the broker stopped sending it "
-                            f"anything for {silent:.2f} s: it treated a live worker as gone",
-                        )
+                        # No heartbeat due was sent (MDP-H-04), or the broker gave a live
+                        # worker up (MDP-H-05): what it does next says which.
+                        w.suspect_since, w.suspect_silence = now, silent
+                        w.suspect_busy = w.holding is not None
+        self.judge_order(now)
+        for entry in [e for e in self.confirms if now >= e[0]]:
+            self.confirms.remove(entry)
+            _, check, rule, explanation = entry
+            if check():
+                self.flag(rule, explanation)
         for token, (since, rule, what) in list(self.due.items()):
             if now > since + self.t.forward_window:
                 del self.due[token]
+                sender = self.senders.get(token)
+                if sender is not None and self.resolve_silence(
+                    sender, dropped=f"{what} was not forwarded to its waiting client"
+                ):
+                    continue
                 self.flag(
                     rule,
                     f"{what} was not forwarded to its waiting client within "
@@ -1177,6 +1401,33 @@ class _Scenario:
                 )
                 c.mmi = None
         self.check_dispatch(now)
+
+    def resolve_silence(
+        self, w: _Worker, *, alive: bool = False, dropped: str = "", at_end: bool = False
+    ) -> bool:
+        """Name the rule a silence of the broker to the heartbeating ``w`` broke, now that the
+        broker showed whether it still counts ``w`` registered: it sent it something again
+        (``alive``: the heartbeats were missing, MDP-H-04, as the table's IDLE and BUSY rows
+        require them), or treated it as gone (``dropped`` says how: MDP-H-05). At the end
+        with no sign either way, a busy worker's silence is MDP-H-04 (a broker that gives a
+        busy worker up re-dispatches its request, which is judged), an idle one's MDP-H-05."""
+        if w.suspect_since is None or not (alive or dropped or at_end):
+            return False
+        state = "busy" if w.suspect_busy else "idle"
+        what = (
+            f"{w.name} ({state}) kept heartbeating yet the broker sent it nothing for "
+            f"{w.suspect_silence:.2f} s (interval {self.t.interval} s)"
+        )
+        w.suspect_since = None
+        if alive:
+            self.flag("MDP-H-04", f"{what}, then went on with it: heartbeats were missing")
+        elif dropped:
+            self.flag("MDP-H-05", f"{what}, and {dropped}: it gave a live worker up")
+        elif w.suspect_busy:
+            self.flag("MDP-H-04", f"{what}: no HEARTBEAT to a busy worker")
+        else:
+            self.flag("MDP-H-05", f"{what}: it treated a live worker as gone")
+        return True
 
     def check_dispatch(self, now: float) -> None:
         """A queued request must not wait while a live worker of its service sits idle."""
@@ -1201,6 +1452,17 @@ class _Scenario:
             # The rule is the one whose promise fell due: the event that made the dispatch
             # owed, the later of the request's queueing and the worker's becoming idle.
             w = min(idle, key=lambda x: x.idle_since)
+            waited = now - max(r.queued_since, w.idle_since)
+            gone = [x for x in idle if x.suspect_since is not None]
+            if len(gone) == len(idle):
+                # Its only idle workers are those the broker fell silent to: it gave them up.
+                r.required = False
+                for x in gone:
+                    self.resolve_silence(
+                        x,
+                        dropped=f"a request of its service waited {waited:.2f} s while it was idle",
+                    )
+                continue
             if r.losses:
                 rule, why = "MDP-S-01", "after its worker was lost it was not resent"
             elif w.idle_since > r.sent_at and w.idle_since == w.ready_at:
@@ -1210,7 +1472,6 @@ class _Scenario:
             else:
                 rule, why = "MDP-A-05", f"it came while {w.name} was idle"
             r.required = False  # once is enough
-            waited = now - max(r.queued_since, w.idle_since)
             self.flag(
                 rule,
                 f"a request of {key[0]!r} waited {waited:.2f} s while {w.name} was idle "
@@ -1221,25 +1482,50 @@ class _Scenario:
         now = time.monotonic()
         try:
             command = mdp.parse_worker(self.run.wire.worker_in(frames))
-        except MalformedMessage as error:
+        except FrameError as error:
             self.flag(error.rule, f"{w.name} received a malformed message: {error.reason}")
             return
-        self.arm("MDP-W-08", self.run.wire.worker_rule)
+        self.arm("MDP-W-08", self.run.wire.worker_rule, *_FRAME_RULES.get(command.name, ()))
         if w.registered and w.registered_seen is None:
             w.registered_seen = now
-        if w.disconnected_at is not None and now - w.disconnected_at > self.t.slack:
+        if command.name != "DISCONNECT":
+            self.resolve_silence(w, alive=True)
+        if w.disconnected_at is not None and command.name == "DISCONNECT" and not w.provoked:
+            # Nothing the worker sent asks for one: the broker answered its DISCONNECT.
             self.flag(
                 "MDP-W-13",
-                f"{w.name} sent DISCONNECT {now - w.disconnected_at:.2f} s ago and still received "
-                f"{type(command).__name__}",
+                f"{w.name} sent DISCONNECT and was sent DISCONNECT "
+                f"{now - w.disconnected_at:.3f} s later (no further command after it)",
+            )
+            w.disconnected_at = None
+            return
+        # A DISCONNECT sent before the broker had ever answered this socket may still be on
+        # its way (a fresh connection): what comes after it is then not judged.
+        up = self.connected_at(w)
+        sent = None if w.disconnected_at is None or up is None else max(w.disconnected_at, up)
+        if sent is not None and now - sent > self.t.slack:
+            since = sent
+            self.confirm(
+                lambda: now - since > self.t.slack + self.run.pacemaker.lag_since(since),
+                "MDP-W-13",
+                f"{w.name} sent DISCONNECT {now - since:.2f} s ago and still received "
+                f"{command.name}",
             )
             w.disconnected_at = None  # once is enough
             return
-        if w.dead and now - w.last_sent > self.t.dead_after:
-            self.flag(
+        last = None if up is None else max(w.last_sent, up)
+        # A broker may find a silent worker dead on its heartbeat tick: one interval more.
+        late_for = self.t.dead_after + self.t.interval
+        if w.dead and not w.kept and last is not None and now - last > late_for:
+            quiet = last
+            self.confirm(
+                lambda: (
+                    now - quiet
+                    > self.t.dead_after + self.t.interval + self.run.pacemaker.lag_since(quiet)
+                ),
                 "MDP-H-07",
-                f"{w.name} has been silent for {now - w.last_sent:.2f} s (dead) and still "
-                f"received {type(command).__name__}",
+                f"{w.name} has been silent for {now - quiet:.2f} s (dead) and still "
+                f"received {command.name}",
             )
             w.dead = False
             self.retire(w)
@@ -1251,21 +1537,21 @@ class _Scenario:
         w.last_heard = now
         # No jitter sample from a scenario's workers: what the scenario (or a flaw) does to them
         # shifts the broker's heartbeats; the pacemaker's are taken instead.
-        if isinstance(command, mdp.WorkerHeartbeat):
+        if command.name == "HEARTBEAT":
             w.heartbeats_heard += 1
-        elif isinstance(command, mdp.WorkerDisconnect):
+        elif command.name == "DISCONNECT":
             if not w.said_something:
                 self.flag("MDP-W-14", f"{w.name} got DISCONNECT before it sent anything")
             self.retire(w)  # MDP-W-17: it closes this socket
-        elif isinstance(command, mdp.WorkerRequest):
+        elif command.name == "REQUEST":
             self.check_request(w, command)
         elif w.expect_disconnect_since is None:
             self.flag(
                 "MDP-W-08",
-                f"{w.name} received {type(command).__name__}, a command only workers send",
+                f"{w.name} received {command.name}, a command only workers send",
             )
 
-    def check_request(self, w: _Worker, command: mdp.WorkerRequest) -> None:
+    def check_request(self, w: _Worker, command: mdp.WorkerMessage) -> None:
         now = time.monotonic()
         self.arm("MDP-A-06", "MDP-R-03", "MDP-C-09")
         if w.holding is not None:
@@ -1291,25 +1577,100 @@ class _Scenario:
                 "MDP-C-09", f"{w.name} serves {w.service!r} but got a request for {r.service!r}"
             )
         sibling = self.requests.get(r.sibling) if r.sibling is not None else None
-        if sibling is not None and sibling.dispatched and not r.dispatched:
+        if r.drop and sibling is not None and not r.dispatched:
+            # Which: judged a moment later, since the first's own REQUEST to another worker
+            # may be read after this one.
+            first = sibling
+            self.confirm(
+                lambda: first.dispatched,
+                "MDP-S-02",
+                "both REQUESTs a client sent on one socket were dispatched (at most one of "
+                "a client's requests is queued)",
+            )
+            self.confirm(
+                lambda: not first.dispatched,
+                "MDP-D-12",
+                "a client's second REQUEST on one socket was dispatched while its first, "
+                "still outstanding, waited (the first stands)",
+            )
+        elif sibling is not None and sibling.dispatched and not r.dispatched:
             self.flag(
                 "MDP-S-02",
                 "both REQUESTs a client sent on one socket were dispatched (at most one of a "
                 "client's requests is queued)",
             )
+        holder = next((x for x in self.workers if x is not w and x.holding == key), None)
+        if r.state == "held" and holder is not None and self.beats(holder):
+            # Dispatched again while the worker holding it is alive (heartbeating, within
+            # its liveness): the broker gave that worker up.
+            if not self.resolve_silence(holder, dropped=f"its request was dispatched to {w.name}"):
+                self.flag(
+                    "MDP-H-05",
+                    f"a request {holder.name} holds and is alive for was dispatched to {w.name} "
+                    "too: the broker gave a live worker up",
+                )
+            holder.holding = None
+        if r.losses and r.partial_forwarded:
+            self.flag(
+                "MDP-D-09",
+                f"{w.name} got a request again whose PARTIAL had reached its client before its "
+                "worker was lost (the broker never splices two executions)",
+            )
+        if r.losses == 0 and not r.dispatched and r.sibling is None:
+            self.note_order(key, r, now)
         if self.run.dispatch == "lru" and w.holding is None and not w.dead:
             self.judge_lru(w, r, now)
+        if not r.dispatched:
+            r.dispatched_at = now
         r.dispatched = True
         r.state = "held"
         w.holding = key
         if w.dead:
             self.lose(w, self.expired_by(w))
 
+    def note_order(self, key: tuple[bytes, int], r: _Request, now: float) -> None:
+        """MDP-A-03: ``r`` is dispatched; a request of its service that certainly reached the
+        broker before ``r`` was even sent, and still waits, was overtaken. Each client has one
+        request queued at most (MDP-S-02), so every fair order (first come first served,
+        round robin over clients) serves these two in the order they came; a request that
+        went back to its queue after a loss (MDP-D-08) is left out. Judged ``slack`` later:
+        the earlier one's own REQUEST may be on its way to another worker."""
+        for other, q in self.requests.items():
+            if q is r or q.service != r.service or q.state != "queued" or q.dispatched:
+                continue
+            if q.losses or q.sibling is not None or q.drop:
+                continue
+            if r.arrived_by + self.t.slack < q.sent_at:
+                self.arm("MDP-A-03")  # two requests queued in a certain order: judged
+            elif q.arrived_by + self.t.slack < r.sent_at:
+                self.arm("MDP-A-03")  # two requests in the order they came: judged
+                self.overtakes.append((other, key, now, now + self.t.forward_window))
+
+    def judge_order(self, now: float) -> None:
+        for entry in list(self.overtakes):
+            other, key, overtaken_at, when = entry
+            if now < when:
+                continue
+            self.overtakes.remove(entry)
+            q = self.requests[other]
+            # Still waiting, or dispatched only after the later one was (its own REQUEST to
+            # another worker, sent first, may have arrived up to the slack after).
+            later = q.dispatched and q.dispatched_at > overtaken_at + self.t.slack
+            if q.losses == 0 and (later or (q.state == "queued" and not q.dispatched)):
+                r = self.requests[key]
+                self.flag(
+                    "MDP-A-03",
+                    f"a request of {key[0]!r} sent {r.sent_at - q.sent_at:.2f} s after one of "
+                    f"{other[0]!r} for the same service was dispatched first, while that one "
+                    "waited (not served in the order they came)",
+                )
+                self.overtakes = [e for e in self.overtakes if e[0] != other]
+
     def opaque(self, client: bytes) -> bytes:
         """The address the broker gave workers for the fuzzer's client ``client``."""
         return self.address_for.get(client, client)
 
-    def learn_address(self, command: mdp.WorkerRequest) -> bytes:
+    def learn_address(self, command: mdp.WorkerMessage) -> bytes:
         """The fuzzer's client that a REQUEST's client address stands for.
 
         An MDP/0.2 broker names a client by its routing id. For a client of another dialect
@@ -1356,37 +1717,90 @@ class _Scenario:
             asked = c.outstanding[0] if c.outstanding is not None else _NOTHING_ASKED
         try:
             command = mdp.parse_client(self.run.wire.client_in(frames, asked))
-        except MalformedMessage as error:
+        except FrameError as error:
             self.flag(error.rule, f"client received a malformed message: {error.reason}")
             return
-        self.arm(self.run.wire.client_rule)
-        if isinstance(command, mdp.ClientRequest):
+        self.arm(self.run.wire.client_rule, *_FRAME_RULES.get("client " + command.name, ()))
+        if command.name == "REQUEST":
             self.flag("MDP-D-20", "client received REQUEST, a command only clients send")
             return
-        kind = "FINAL" if isinstance(command, mdp.ClientFinal) else "PARTIAL"
+        kind = command.name
         if c.mmi is not None and command.service.startswith(b"mmi."):
-            allowed, _, rule = c.mmi
-            c.mmi = None
+            allowed, asked_at, rule = c.mmi
+            basis, c.mmi, c.mmi_basis = c.mmi_basis, None, None
             answer = command.body[0] if command.body else b""
-            if kind != "FINAL" or answer not in allowed:
-                self.flag(
-                    rule,
-                    f"an MMI request was answered with {kind} {answer[:20]!r}, not "
-                    f"{' or '.join(repr(a) for a in sorted(allowed))}",
-                )
+            why = (
+                f"an MMI request was answered with {kind} {answer[:20]!r}, not "
+                f"{' or '.join(repr(a) for a in sorted(allowed))}"
+            )
+            if kind != "FINAL" or (answer not in allowed and basis is None):
+                self.flag(rule, why)
+            elif answer not in allowed and basis is not None:
+                # Judged again with the windows of a moment later, and not at all if the
+                # broker ran late meanwhile: a late broker may not have read the READY or
+                # run the expiry that decided the answer when it answered.
+                readies, gone, then = basis
+
+                def still_wrong() -> bool:
+                    # The window of a moment later, and what the broker ran late meanwhile.
+                    lag = self.run.pacemaker.lag_since(min([asked_at, *readies, *gone]) - then)
+                    wider = self.t.forward_window - then + lag
+                    if any(asked_at - r > then + wider for r in readies):
+                        return answer != b"200"
+                    if all(g + wider < asked_at for g in gone):
+                        return answer != b"404"
+                    return False
+
+                self.confirm(still_wrong, rule, why)
             return
         token = command.body[0] if command.body else b""
+        if (
+            not self.run.wire.replies_name_service
+            and token not in self.tokens
+            and command.body[1:2]
+            and command.body[1] in self.tokens
+            and token == self.service_asked(command.body[1])
+        ):
+            # A majortomo reply has no service frame (MAJ-03, MAJ-04): this one has.
+            self.flag(
+                "MAJ-03" if kind == "PARTIAL" else "MAJ-04",
+                f"a majortomo client got a {kind} with a service frame ({token!r}) before its body",
+            )
+            return
         origin = self.tokens.get(token)
+        if origin is None and token.startswith(b"tok:") and not token.startswith(self.token_prefix):
+            # A reply a worker of another scenario sent for its own client (MDP-R-03).
+            self.flag(
+                "MDP-R-03",
+                f"client {c.address!r} got a {kind} a worker sent for another client "
+                f"({token[:40]!r}, of another scenario)",
+            )
+            return
         if origin is None:
             self.flag("MDP-S-03", f"client got a {kind} whose body no worker sent")
             return
         self.due.pop(token, None)
+        sender = self.senders.get(token)
+        if sender is not None:
+            self.resolve_silence(sender, alive=True)  # the broker still took its replies
         if origin.forbidden:
             self.flag(
                 origin.forbidden,
                 f"client got a {kind} from a worker that held no request of that client",
             )
             return
+        if kind == "PARTIAL" and self.run.wire.name == "majortomo":
+            self.arm("MAJ-03")
+        if origin.client != c.address:
+            self.flag(
+                "MDP-R-03",
+                f"client {c.address!r} got a {kind} a worker sent for client {origin.client!r} "
+                "(a reply goes to the client its address names)",
+            )
+            return
+        r = self.requests.get((origin.client, origin.seq))
+        if r is not None and kind == "PARTIAL":
+            r.partial_forwarded = True
         if origin.kind == "PARTIAL" and not self.run.wire.client_partials:
             self.flag(
                 "MDP01-05",
@@ -1394,11 +1808,21 @@ class _Scenario:
                 "takes one reply per request, the FINAL",
             )
             return
+        if kind != origin.kind:
+            self.flag(
+                "MDP-R-01",
+                f"client got a {kind} for a {origin.kind} its worker sent (PARTIALs, then one "
+                "FINAL, as the worker sent them)",
+            )
+            return
         if tuple(command.body) != origin.body:
             sizes = [len(f) for f in command.body]
             self.flag("MDP-S-03", f"client got a {kind} whose body (frames of {sizes}) was altered")
         if origin.late and kind == "FINAL":
-            self.flag(
+            expired = origin.sent_at - self.t.dead_after - self.t.interval
+            self.confirm(
+                # The extra interval of "certainly expired" covers a lag that small.
+                lambda: self.run.pacemaker.lag_since(expired) <= self.t.interval,
                 "MDP-D-10",
                 f"client got a FINAL that a worker sent after {self.t.dead_after:.2f} s of "
                 "silence, when it was already expired",
@@ -1415,6 +1839,12 @@ class _Scenario:
             )
         if kind == "FINAL":
             c.outstanding = c.other_seq = None
+
+    def service_asked(self, token: bytes) -> bytes:
+        """The service of the request a reply's token answers."""
+        origin = self.tokens[token]
+        r = self.requests.get((origin.client, origin.seq))
+        return b"" if r is None else r.service
 
     def service_of(self, origin: _Token, default: bytes) -> bytes:
         r = self.requests.get((origin.client, origin.seq))

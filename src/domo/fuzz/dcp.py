@@ -37,12 +37,15 @@ import math
 import random
 import time
 from collections import Counter, deque
-from collections.abc import Callable
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import zmq
 
-__all__ = ["DcpFinding", "DcpFuzzResult", "DcpUnreachable", "fuzz_dcp"]
+from .engine import Outcome, Violation, search
+from .scenario import Step
+
+__all__ = ["DcpFinding", "DcpFuzzResult", "DcpPlanner", "DcpUnreachable", "fuzz_dcp", "replay_dcp"]
 
 HEADER = b"DGBX\x01"  # "DGBX" and version 1 (DCP-01)
 REGISTER, PING, PONG, REQUEST, REPLY, RECONNECT = 1, 2, 3, 4, 5, 6
@@ -72,12 +75,14 @@ class DcpUnreachable(Exception):
 
 @dataclass(frozen=True)
 class DcpFinding:
-    """A rule the broker broke, and how to repeat it."""
+    """A rule the broker broke, and the smallest plan found that breaks it."""
 
     rule: str
     explanation: str
     seed: int
     scenario: int
+    steps: tuple[Step, ...] = ()  # the plan: replay_dcp plays it again
+    scenarios: int = 1  # how many scenarios of the run broke it
 
 
 @dataclass(frozen=True)
@@ -93,6 +98,10 @@ class DcpFuzzResult:
     unjudged: int
     steps: dict[str, int]
     checked: dict[str, int]
+    judged: Counter[str] = field(default_factory=Counter)  # rule -> scenarios that judged it
+    held: Counter[str] = field(default_factory=Counter)
+    rules: tuple[str, ...] = ()
+    stopped: str | None = None  # the broker stopped serving
 
 
 def type_frame(kind: int, width: int) -> bytes:
@@ -140,11 +149,12 @@ class _Request:
     vanished_from: _Peer | None = None
     misdelivered: bool = False
     queued: bool = False  # sent while no worker served its service
+    dual: bool = False  # sent by a registered worker, as a client (DCP-20)
 
     @property
     def at_worker(self) -> tuple[bytes, ...]:
-        """The data a worker is sent: one empty data part travels as none (DCP-21)."""
-        return () if self.data == (b"",) else self.data
+        """The data a worker is sent: exactly the client's, from DCP to DCP (DCP-21)."""
+        return self.data
 
     def envelope(self) -> tuple[int, bytes, tuple[bytes, ...]]:
         """(width, client-address part, metadata) the reply must carry (DCP-03/07/08/09)."""
@@ -201,6 +211,7 @@ class _Peer:
     closed: bool = False
     garble: bool = False  # replies with other metadata than it was sent (DCP-09)
     last_sent: float = 0.0
+    last_pong: float = 0.0  # when the broker last answered its routine ping
     max_gap: float = 0.0
     expected: deque[_Expected] = field(default_factory=deque)
     told: set[int] = field(default_factory=set)  # widths it has been owed a reconnect in
@@ -242,11 +253,19 @@ class _Scenario:
         self.checked: Counter[str] = Counter()
         self.ending = False  # no more routine pings: the scenario is being judged
         self.slowest_pong = 0.0  # the broker's longest answer to a routine ping, in seconds
+        self.judged: set[str] = set()  # the rules a check had something to judge (coverage)
+        self.broker_stalled = False  # a worker's pings went unanswered, then reconnect
+        self.canary: _Peer | None = None  # the new peer pinging after near misses (DCP-23)
+        self.opener: _Peer | None = None
 
     # -- plumbing ------------------------------------------------------------------------------
 
     def fail(self, rule: str, explanation: str) -> None:
+        self.judged.add(rule)
         self.findings.append((rule, explanation))
+
+    def judge(self, *rules: str) -> None:
+        self.judged.update(rules)
 
     def peer(self, role: str) -> _Peer:
         name = f"{role}{len(self.peers)}"
@@ -291,6 +310,7 @@ class _Scenario:
         optional: bool = False,
     ) -> None:
         now = time.monotonic()
+        self.judged.add(rule)
         peer.expected.append(
             _Expected(
                 kind, width, parts, rule, why, now + self.window, then, routine, optional, now
@@ -408,7 +428,10 @@ class _Scenario:
             time.monotonic() + self.window,
             len(client.outstanding),
             mmi_answer,
+            dual=client.service is not None,
         )
+        if request.others_outstanding:
+            self.judge("DCP-10")
         while any(r.key() == request.key() for r in client.outstanding):
             request.metadata += (b"k%d" % number,)  # DCP-10: the same five would be dropped
         frames = [b"", HEADER, type_frame(REQUEST, width), service]
@@ -446,6 +469,7 @@ class _Scenario:
             return
         parts = frames[3:]
         self.checked[TYPE_NAMES[kind]] += 1
+        self.judge("DCP-01", "DCP-02", "DCP-16", *(("DCP-24",) if peer.service else ()))
         if kind == REQUEST:
             self.on_request(peer, width, parts)
         elif kind == REPLY:
@@ -467,6 +491,13 @@ class _Scenario:
                 peer.expected.remove(owed)
                 if owed.routine and owed.optional:
                     return  # a ping sent before the reconnect that made its answer moot
+                quiet = time.monotonic() - max(peer.last_pong, owed.sent - self.interval)
+                if owed.routine and kind == RECONNECT and quiet > self.expiry / 2:
+                    # No pong for half the liveness span, then reconnect: the broker stalled
+                    # and may have expired the worker before reading its pings (not judged).
+                    self.broker_stalled = True
+                    self.reconnected(peer)
+                    return
                 rule = "DCP-14" if kind == PONG else owed.rule
                 self.fail(rule, f"{owed.why}: got {name}, not {TYPE_NAMES[sibling]}")
                 if kind == RECONNECT:
@@ -489,6 +520,7 @@ class _Scenario:
         peer.expected.remove(owed)
         if owed.routine:
             self.slowest_pong = max(self.slowest_pong, time.monotonic() - owed.sent)
+            peer.last_pong = time.monotonic()
         if width != owed.width:
             self.fail("DCP-03", f"{owed.why}: got its {name} in width {width}")
         if owed.then is not None:
@@ -521,6 +553,7 @@ class _Scenario:
                 "DCP-03",
                 f"{peer.name} registered in width {peer.width} got a request in width {width}",
             )
+        self.judge("DCP-11", "DCP-03", "DCP-04", "DCP-09", "DCP-17", "DCP-21")
         split = _split(parts[1:]) if parts else None
         if split is None or split[0] is None:
             self.fail(
@@ -587,6 +620,7 @@ class _Scenario:
             )
             return
         address, metadata, data = split
+        self.judge("DCP-03", "DCP-07", "DCP-08", "DCP-09")
         candidates = [r for r in peer.outstanding if r.answers(data)]
         exact = [r for r in candidates if r.envelope() == (width, address, metadata)]
         request = exact[0] if exact else candidates[0] if candidates else None
@@ -595,7 +629,9 @@ class _Scenario:
             elsewhere = next((r for r in others if r.answers(data)), None)
             if elsewhere is not None:
                 elsewhere.misdelivered = True
-                self.fail("DCP-07", f"{peer.name} got the reply to {elsewhere.describe()}")
+                # A worker's own request is answered to it, not to another (DCP-20).
+                rule = "DCP-20" if elsewhere.dual else "DCP-07"
+                self.fail(rule, f"{peer.name} got the reply to {elsewhere.describe()}")
             elif any(r.answers(data) for r in peer.answered):
                 self.fail("DCP-08", f"{peer.name} got a second reply with data {list(data)!r}")
             else:
@@ -607,6 +643,10 @@ class _Scenario:
             return
         peer.outstanding.remove(request)
         peer.answered.append(request)
+        if request.dual:
+            self.judge("DCP-20")
+        if request.mmi_answer is not None:
+            self.judge("DCP-26")
         want_width, want_address, want_metadata = request.envelope()
         if width != want_width:
             self.fail("DCP-03", f"the reply to {request.describe()} came in width {width}")
@@ -768,6 +808,7 @@ class _Scenario:
                 why = f"{sender.name} sent {why}"
                 self.expect(sender, RECONNECT, width, (), "DCP-12", why, optional=optional)
         canary = self.peer("k")
+        self.canary = canary
         width = rng.choice(WIDTHS)
         self.send(canary, [b"", HEADER, type_frame(PING, width)])
         why = f"after near misses, new peer {canary.name} pinged in width {width}"
@@ -775,17 +816,16 @@ class _Scenario:
 
     # -- the scenario ----------------------------------------------------------------------------
 
-    def run(self, after_bad_input: str | None) -> None:
-        """Play the scenario; ``after_bad_input``: the earlier scenario that sent near misses,
-        if any (this one's first stranger must still be answered: DCP-23)."""
+    def run(self, plan: Sequence[Step]) -> None:
+        """Play the scenario: its peers from the setup seed (``self.rng``), then each step of
+        ``plan`` with its own seed."""
         rng = self.rng
         opener = self.peer("s")
+        self.opener = opener
         width = rng.choice(WIDTHS)
         self.send(opener, [b"", HEADER, type_frame(PING, width)])
-        rule, why = "DCP-14", f"stranger {opener.name} pinged in width {width}"
-        if after_bad_input is not None:
-            rule, why = "DCP-23", f"after the near misses of {after_bad_input}, {why}"
-        self.expect(opener, RECONNECT, width, (), rule, why)
+        why = f"stranger {opener.name} pinged in width {width}"
+        self.expect(opener, RECONNECT, width, (), "DCP-14", why)
         for letter in "abc"[: rng.randint(1, 3)]:
             service = f"{self.tag}{letter}".encode()
             self.stable.append(service)
@@ -794,8 +834,11 @@ class _Scenario:
         for _ in range(rng.randint(1, 3)):
             self.peer("c")
         self.pump(self.window, lambda: not self.frozen)
-        for _ in range(rng.randint(4, 10)):
-            self.step(rng.choice(STEPS))
+        for step in plan:
+            if step.kind == "setup":
+                continue
+            self.rng = rng = random.Random(step.arg)
+            self.step(step.kind)
             self.pump(rng.choice((0.0, 0.0, 0.01, 0.05)))
         self.pump(self.settle_time(), self.settled)
         self.ending = True
@@ -828,6 +871,11 @@ class _Scenario:
         """The rule a request that got no reply names, by how far it went."""
         if request.mmi_answer is not None:
             return "DCP-26", f"no answer to {request.describe()}"
+        if request.dual:
+            return "DCP-20", (
+                f"{request.describe()}, a registered worker's own request (it is a client "
+                "too), got no reply"
+            )
         if request.vanished_from is not None:
             return "DCP-16", (
                 f"{request.vanished_from.name} vanished holding {request.describe()}, and it "
@@ -852,7 +900,7 @@ class _Scenario:
         """Whether the machine stalled near a worker's expiry, so that the broker may rightly
         have dropped it (not judged): one of the fuzzer's own workers went quiet, or the broker
         took, for half the liveness span."""
-        if self.slowest_pong > self.expiry / 2:
+        if self.slowest_pong > self.expiry / 2 or self.broker_stalled:
             return True
         now = time.monotonic()
         for peer in self.peers:
@@ -916,6 +964,86 @@ def _probe(context: Context, endpoint: str, wait: float) -> None:
         socket.close()
 
 
+# The rules each kind of step gives something to judge, for the planner's steering.
+STEP_RULES: dict[str, tuple[str, ...]] = {
+    "request": ("DCP-03", "DCP-07", "DCP-08", "DCP-09", "DCP-11", "DCP-21"),
+    "burst": ("DCP-10",),
+    "dual": ("DCP-20",),
+    "stranger": ("DCP-14",),
+    "client-ping": ("DCP-14",),
+    "width-ping": ("DCP-03",),
+    "near-miss": ("DCP-23", "DCP-12"),
+    "vanish": ("DCP-16",),
+    "late-worker": ("DCP-19",),
+    "mmi": ("DCP-26",),
+    "reregister": ("DCP-18", "DCP-04"),
+}
+RULES = (
+    "DCP-01", "DCP-02", "DCP-03", "DCP-04", "DCP-07", "DCP-08", "DCP-09", "DCP-10", "DCP-11",
+    "DCP-12", "DCP-13", "DCP-14", "DCP-16", "DCP-17", "DCP-18", "DCP-19", "DCP-20", "DCP-21",
+    "DCP-23", "DCP-24", "DCP-26",
+)  # fmt: skip
+
+
+class DcpPlanner:
+    """DCP plans: a setup seed, then four to ten steps, one in two chosen for the rules judged
+    least (the rest at random)."""
+
+    rules: tuple[str, ...] = RULES
+    death_rule = "DCP-14"
+
+    def draw(self, rng: random.Random, judged: Mapping[str, int]) -> tuple[Step, ...]:
+        plan = [Step("setup", 0, rng.randrange(2**31))]
+        for _ in range(rng.randint(4, 10)):
+            if rng.random() < 0.5:
+                kind = rng.choice(STEPS)
+            else:
+                kind = min(
+                    STEPS,
+                    key=lambda k: min(judged.get(r, 0) for r in STEP_RULES[k]) + 3 * rng.random(),
+                )
+            plan.append(Step(kind, 0, rng.randrange(2**31)))
+        return tuple(plan)
+
+    def simpler(self, step: Hashable) -> Sequence[Hashable]:
+        return []
+
+
+def play_dcp(
+    context: Context,
+    endpoint: str,
+    plan: Sequence[Hashable],
+    tag: str,
+    interval: float,
+    liveness: int,
+    window: float,
+) -> tuple[Outcome, Counter[str], Counter[str]]:
+    """Play one plan; what it found and judged, the steps played and the messages checked.
+
+    A broker that answered neither the scenario's first stranger nor the new peer after its
+    near misses has stopped serving: the outcome is fatal (DCP-23 after near misses, else
+    DCP-14), and only what broke before is kept."""
+    steps = [step for step in plan if isinstance(step, Step)]
+    setup = steps[0].arg if steps and steps[0].kind == "setup" else 0
+    scenario = _Scenario(context, endpoint, random.Random(setup), tag, interval, liveness, window)
+    try:
+        scenario.run(steps)
+    finally:
+        scenario.close_all()
+    if scenario.stalled():
+        return Outcome(judged=frozenset(), unjudged=True), scenario.steps, scenario.checked
+    seen: dict[str, str] = {}
+    for rule, explanation in scenario.findings:
+        seen.setdefault(rule, explanation)
+    fatal = None
+    for peer, rule in ((scenario.canary, "DCP-23"), (scenario.opener, "DCP-14")):
+        if peer is not None and any(e.kind == RECONNECT and not e.optional for e in peer.expected):
+            fatal = Violation(rule, seen.pop(rule, f"{peer.name}'s ping got no answer"))
+            break
+    violations = [Violation(rule, why) for rule, why in seen.items()]
+    return Outcome(violations, frozenset(scenario.judged), fatal), scenario.steps, scenario.checked
+
+
 def fuzz_dcp(
     endpoint: str,
     *,
@@ -926,45 +1054,97 @@ def fuzz_dcp(
     liveness: int = 3,
     stop_at_first: bool = False,
     answer_window: float | None = None,
+    lanes: int = 4,
+    stop_after: Sequence[str] = (),
+    progress: Callable[[str], None] | None = None,
 ) -> DcpFuzzResult:
-    """Run up to ``scenarios`` DCP scenarios against the broker at ZeroMQ ``endpoint``, whose
-    ``--heartbeat-interval`` and ``--liveness`` are given; the rules it broke, one finding per
-    rule (the first scenario that broke it). ``DcpUnreachable`` if nothing answers at all.
-    ``answer_window``: how long an answer may take (default ``max(2 s, 6 * interval)``, for a
-    loaded machine); ``stop_at_first``: stop after the first scenario that broke a rule."""
+    """Run up to ``scenarios`` DCP scenarios, ``lanes`` at a time, against the broker at ZeroMQ
+    ``endpoint``, whose ``--heartbeat-interval`` and ``--liveness`` are given; the rules it
+    broke, one finding per rule with the smallest plan found that breaks it. ``DcpUnreachable``
+    if nothing answers at all. ``answer_window``: how long an answer may take (default
+    ``max(2 s, 6 * interval)``, for a loaded machine); ``stop_at_first``: stop after the first
+    finding."""
     window = answer_window if answer_window is not None else max(2.0, 6 * heartbeat_interval)
-    started = time.monotonic()
-    findings: dict[str, DcpFinding] = {}
     steps: Counter[str] = Counter()
     checked: Counter[str] = Counter()
-    ran = unjudged = 0
-    bad_input: str | None = None
     context: Context = zmq.Context()
+
+    class Lane:
+        def __init__(self, index: int) -> None:
+            self.index = index
+            self.played = 0
+
+        def play(self, plan: Sequence[Hashable]) -> Outcome:
+            self.played += 1
+            tag = f"d{seed}-{self.index}-{self.played}-"
+            outcome, played, seen = play_dcp(
+                context, endpoint, plan, tag, heartbeat_interval, liveness, window
+            )
+            steps.update(played)
+            checked.update(seen)
+            return outcome
+
+        def close(self) -> None:
+            pass
+
     try:
         _probe(context, endpoint, window)
-        for number in range(scenarios):
-            if time.monotonic() - started > time_budget or (stop_at_first and findings):
-                break
-            ran += 1
-            rng = random.Random(seed * 1_000_003 + number)
-            tag = f"d{seed}-{number}-"
-            scenario = _Scenario(context, endpoint, rng, tag, heartbeat_interval, liveness, window)
-            try:
-                scenario.run(bad_input)
-            finally:
-                scenario.close_all()
-            if scenario.steps["near-miss"]:
-                bad_input = f"scenario {number}"
-            steps.update(scenario.steps)
-            checked.update(scenario.checked)
-            if scenario.stalled():
-                unjudged += 1
-                continue
-            for rule, explanation in scenario.findings:
-                findings.setdefault(rule, DcpFinding(rule, explanation, seed, number))
+        searched = search(
+            Lane,
+            DcpPlanner(),
+            seed=seed,
+            lanes=lanes,
+            time_budget=time_budget,
+            examples=scenarios,
+            stop_after=stop_after,
+            first=stop_at_first,
+            progress=progress,
+        )
     finally:
-        context.term()
-    seconds = time.monotonic() - started
-    return DcpFuzzResult(
-        ran, seconds, seed, tuple(findings.values()), unjudged, dict(steps), dict(checked)
+        context.destroy(linger=0)
+    if searched.errors:
+        raise RuntimeError(f"the DCP fuzzer failed: {searched.errors[0]}")
+    findings = tuple(
+        DcpFinding(
+            f.violation.rule,
+            f.violation.explanation,
+            seed,
+            -1,
+            tuple(step for step in f.plan if isinstance(step, Step)),
+            f.scenarios,
+        )
+        for f in searched.findings
     )
+    return DcpFuzzResult(
+        searched.scenarios,
+        searched.seconds,
+        seed,
+        findings,
+        searched.unjudged,
+        dict(steps),
+        dict(checked),
+        judged=Counter(searched.judged),
+        held=Counter(searched.held),
+        rules=RULES,
+        stopped=searched.stopped,
+    )
+
+
+def replay_dcp(
+    endpoint: str,
+    steps: Sequence[Step],
+    *,
+    heartbeat_interval: float = 2.5,
+    liveness: int = 3,
+    answer_window: float | None = None,
+) -> list[Violation]:
+    """Play one saved DCP plan once; the rules it broke."""
+    window = answer_window if answer_window is not None else max(2.0, 6 * heartbeat_interval)
+    context: Context = zmq.Context()
+    try:
+        outcome, _, _ = play_dcp(
+            context, endpoint, steps, "dreplay-", heartbeat_interval, liveness, window
+        )
+    finally:
+        context.destroy(linger=0)
+    return [*outcome.violations, *([outcome.fatal] if outcome.fatal else [])]

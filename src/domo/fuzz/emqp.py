@@ -35,15 +35,22 @@ leaves the near misses out, so that such a broker can still be checked on the re
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
+import threading
 import time
-from collections.abc import Callable, Sequence
+from collections import Counter
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import zmq
 
-__all__ = ["EmqpFinding", "EmqpFuzzResult", "fuzz_emqp"]
+from .engine import Outcome, Violation, search
+from .jitter import JitterMeter
+from .scenario import Step
+
+__all__ = ["EmqpFinding", "EmqpFuzzResult", "EmqpPlanner", "fuzz_emqp", "replay_emqp"]
 
 EMQP = b"eMQP/1.0"
 MAX_CREDITS = 64  # EMQP-06: free slots one worker may hold
@@ -54,13 +61,14 @@ STEPS_PER_SCENARIO = 9
 
 @dataclass(frozen=True)
 class EmqpFinding:
-    """A rule the broker broke: the first time seen, and how to repeat it."""
+    """A rule the broker broke, and the smallest plan found that breaks it."""
 
     rule: str
     explanation: str
     seed: int
     scenario: int
     scenarios: int = 1  # how many scenarios of the run broke it
+    steps: tuple[Step, ...] = ()  # the plan: replay_emqp plays it again
 
 
 @dataclass(frozen=True)
@@ -73,6 +81,9 @@ class EmqpFuzzResult:
     findings: tuple[EmqpFinding, ...]
     stopped: str | None = None  # why the run ended early: the broker stopped serving
     steps: dict[str, int] = field(default_factory=dict)  # how often each kind of step ran
+    judged: Counter[str] = field(default_factory=Counter)  # rule -> scenarios that judged it
+    held: Counter[str] = field(default_factory=Counter)  # rule -> ... in which it held
+    rules: tuple[str, ...] = ()  # the rules the search can judge
 
 
 class _Found(Exception):
@@ -120,6 +131,7 @@ class _Request:
     replied_at: float | None = None
     requeued: int = 0
     duplicate_sent: bool = False
+    receipt_at: float | None = None
     flagged: set[str] = field(default_factory=set)
 
 
@@ -162,11 +174,13 @@ class _Worker(_Peer):
 class _Scenario:
     """One scenario's peers and model; ``run`` holds what outlives it (requests, findings)."""
 
-    def __init__(self, run: _Run, number: int, rng: random.Random) -> None:
+    def __init__(self, run: _Run, tag: str, rng: random.Random) -> None:
         self.run = run
-        self.number = number
         self.rng = rng
-        self.tag = f"s{run.seed}n{number}"
+        self.tag = tag
+        self.judged: set[str] = set()  # the rules a check had something to judge (coverage)
+        # The broker's "default" queue is every scenario's: a plan that uses it runs alone.
+        self.shares_default = False
         self.workers: list[_Worker] = []
         self.clients: list[_Client] = []
         self.broken: dict[str, str] = {}
@@ -219,7 +233,12 @@ class _Scenario:
         """A broken rule the model can go on after (the first explanation per rule is kept)."""
         if peer is not None and peer.probe:
             return  # the probe judges its own peers
+        self.judged.add(rule)
         self.broken.setdefault(rule, explanation)
+
+    def judge(self, *rules: str) -> None:
+        """These rules' checks had something to judge in this scenario (coverage)."""
+        self.judged.update(rules)
 
     def now(self) -> float:
         return time.monotonic()
@@ -245,8 +264,12 @@ class _Scenario:
                 return
 
     def _drain(self, wait_ms: int) -> None:
-        """Read every message that has arrived (waiting up to ``wait_ms`` for the first)."""
+        """Read every message that has arrived (waiting up to ``wait_ms`` for the first); how
+        late a wait that timed out returned is a jitter sample."""
+        planned = self.now() + wait_ms / 1000
         ready = self.run.poller.poll(wait_ms)
+        if not ready:
+            self.run.meter.wake(planned + 0.001, self.now())
         while ready:
             for socket, _ in ready:
                 while True:
@@ -281,6 +304,8 @@ class _Scenario:
             self.violate("EMQP-01", f"{peer.name} got a message not framed as eMQP: {frames!r}")
             return
         command, ident = frames[2], frames[3]
+        if not peer.probe:
+            self.judge("EMQP-01", "EMQP-02", *(("EMQP-19",) if isinstance(peer, _Worker) else ()))
         if command != b"REQUEST":  # a forwarded REQUEST carries its client's MSGID (EMQP-10)
             if not ident or ident in self.run.broker_ids:
                 self.violate(
@@ -311,7 +336,12 @@ class _Scenario:
                     worker,
                 )
         elif command == b"HEARTBEAT":
+            if not worker.probe:
+                self.judge("EMQP-15")
+            if worker.last_heartbeat is not None:
+                self.run.meter.heartbeat_gap(worker, now - worker.last_heartbeat, now)
             worker.last_heartbeat = now
+            self.run.last_any_heartbeat = now
         elif command == b"DISCONNECT":
             if worker.state == "refusing":
                 worker.state = "refused"
@@ -337,6 +367,14 @@ class _Scenario:
             if not msgid.startswith(self.run.nonce.encode()):
                 return  # another run's request, left waiting in the broker
             raise _Found("EMQP-10", f"{worker.name} got a REQUEST no client sent: {frames!r}")
+        if not worker.probe:
+            self.judge("EMQP-06", "EMQP-07", "EMQP-10", "EMQP-22", "EMQP-26")
+            if request.deliveries:
+                self.judge("EMQP-12" if not request.reply else "EMQP-14")
+            if request.duplicate_sent:
+                self.judge("EMQP-08")
+            if worker.lost_rule and worker.state in ("lost", "silent"):
+                self.judge(worker.lost_rule)
         where = f"{worker.name} (queues {b','.join(worker.queues).decode()})"
         what = f"REQUEST {msgid.decode(errors='replace')} for {request.queue!r}"
         problems: list[tuple[str, str]] = []
@@ -363,7 +401,12 @@ class _Scenario:
             elif request.queue not in worker.queues:
                 problems.append(("EMQP-22", f"{where} got {what}, a queue it does not listen on"))
             if worker.state in ("lost", "silent") and worker.lost_at is not None:
-                if worker.lost_rule and now > worker.lost_at + self.run.settle:
+                # Certainly after the broker had the KBYE (the way there and back), or the
+                # silence (then one interval more: a broker may expire on its heartbeat tick).
+                known = worker.lost_at + self.run.settle
+                if worker.lost_rule == "EMQP-15":
+                    known += self.run.interval
+                if worker.lost_rule and now > known:
                     problems.append(
                         (
                             worker.lost_rule,
@@ -447,9 +490,14 @@ class _Scenario:
             return
         if request.status == "tainted":
             return
+        if not client.probe:
+            kinds = {"refused": request.rule, "dropped": request.rule, "mmi": "EMQP-25"}
+            self.judge("EMQP-11" if len(frames) == 5 else kinds.get(request.kind, "EMQP-12"))
         what = f"{client.name}'s request {request.msgid.decode(errors='replace')}"
         if len(frames) == 5:  # a receipt (EMQP-11)
             request.receipts += 1
+            if request.receipt_at is None:
+                request.receipt_at = self.now()
             if request.kind == "mmi":
                 return  # not handed to a worker: the spec leaves a receipt open
             if request.kind != "job":
@@ -500,13 +548,37 @@ class _Scenario:
                 return worker
         return None
 
+    def _broker_stalled(self, now: float) -> bool:
+        """Is the broker not running now? Its HEARTBEAT to an informed worker of this scenario
+        is overdue (by more than the slack): judge nothing owed until it runs again. No
+        evidence, no stall: a broker that has not heartbeated here is judged as it is."""
+        beats = [
+            w.last_heartbeat
+            for w in self.workers
+            if w.last_heartbeat is not None and w.state == "ready"
+        ]
+        late = self.run.interval + self.run.slack
+        if bool(beats) and now - max(beats) > late:
+            return True
+        # Nothing heartbeated in this lane for that long, though the broker has before.
+        last = self.run.last_any_heartbeat
+        return (
+            last is not None
+            and now - last > late
+            and any(w.state == "ready" and not w.probe for w in self.workers)
+        )
+
     def _owed(self, now: float) -> list[str]:
         """Report what the broker owes and is overdue (once each); what it still owes."""
         window = self.run.window
         pending: list[str] = []
 
+        stalled = self._broker_stalled(now)
+
         def due(since: float, key: str, rule: str, explanation: str, peer: _Peer) -> bool:
-            if now < since + window:
+            if not peer.probe:
+                self.judged.add(rule)
+            if now < since + window or stalled:
                 pending.append(key)
                 return False
             self.violate(rule, explanation, peer)
@@ -534,7 +606,12 @@ class _Scenario:
                     worker,
                 ):
                     worker.state = "refused"
-            elif worker.state == "ready" and worker.acked_at and not worker.heartbeat_flagged:
+            elif (
+                worker.state == "ready"
+                and worker.acked_at
+                and not worker.heartbeat_flagged
+                and not stalled
+            ):
                 last = worker.last_heartbeat or worker.acked_at
                 if now - last > self.run.heartbeat_span:
                     after = "its ACK" if worker.last_heartbeat is None else "the last HEARTBEAT"
@@ -596,9 +673,11 @@ class _Scenario:
                     )
                 )
             if request.receipts and not request.deliveries:
+                # From the receipt: the REQUEST to the worker goes at the same time, on
+                # another connection, and may arrive later.
                 owed.append(
                     (
-                        request.sent_at,
+                        request.receipt_at or request.sent_at,
                         "early",
                         "EMQP-11",
                         f"{what} got a receipt but no worker got it within {window:.2f} s",
@@ -634,6 +713,8 @@ class _Scenario:
         for request in worker.held:
             # EMQP-14: back to its queue (judged for its first re-dispatch only).
             if request.status == "held" and request.holder is worker:
+                if request.requeued == 0 and not worker.probe:
+                    self.judge("EMQP-14")
                 request.status = "waiting" if request.requeued == 0 else "tainted"
                 request.queued_at = at
                 request.requeued += 1
@@ -684,7 +765,7 @@ class _Steps:
     def pick_queues(self) -> tuple[bytes, ...]:
         rng = self.rng
         chosen = rng.sample(self.s.queues, rng.randint(1, len(self.s.queues)))
-        if rng.random() < 0.2:
+        if self.s.shares_default and rng.random() < 0.2:
             chosen.append(b"default")
         return tuple(chosen)
 
@@ -704,6 +785,7 @@ class _Steps:
         now = s.now()
         if worker.state in ("ready", "informing"):
             # EMQP-05: a new conversation; its credits are withdrawn, its jobs go back.
+            s.judge("EMQP-05")
             if worker.credits:
                 worker.dropped_credits = "EMQP-05"
             worker.credits = 0
@@ -780,6 +862,7 @@ class _Steps:
         command = command or self.rng.choice((b"KBYE", b"KBYE", b"KBAI", b"DISCONNECT"))
         s.send(worker, command)
         s._lose(worker, s.now(), "EMQP-16")
+        s.judge("EMQP-16")  # from now on no job may reach it
         s.pump(self.run.window)
         return command
 
@@ -787,6 +870,7 @@ class _Steps:
         """The worker sends nothing from now on (EMQP-14, EMQP-15)."""
         s = self.s
         worker.state = "silent"
+        s.judge("EMQP-15")  # past the liveness span no job may reach it
         silent_since = s.now()
         s.pump(self.run.span + self.run.settle, shortest=self.run.span + self.run.settle)
         s._lose(worker, silent_since + self.run.span, "EMQP-15")
@@ -839,6 +923,7 @@ class _Steps:
             return
         original = outstanding[0]
         original.duplicate_sent = True
+        s.judge("EMQP-08")
         s.send(
             client,
             b"REQUEST",
@@ -1058,7 +1143,7 @@ class _Steps:
         queue = f"{s.tag}probe{len(s.workers)}".encode()
         self.inform(worker, (queue,), json.dumps([[10, queue.decode()]]).encode())
         # Generous: a broker declared stopped ends the run, so a slow one is given time.
-        s.pump(2 * self.run.window, until=lambda: worker.acked_at is not None)
+        s.pump(max(10.0, 2 * self.run.window), until=lambda: worker.acked_at is not None)
         if worker.acked_at is None:
             raise _Stopped(rule, f"after {after} the broker no longer answers INFORM with ACK")
         self.ready(worker, 1)
@@ -1067,9 +1152,16 @@ class _Steps:
         request.queued_at = request.sent_at
         self.run.add(request)
         s.send(client, b"REQUEST", queue, b"", body, msgid=msgid)
-        s.pump(3 * self.run.window, until=lambda: request.deliveries > 0)
+        s.pump(max(10.0, 3 * self.run.window), until=lambda: request.deliveries > 0)
         if request.deliveries == 0:
-            raise _Stopped(rule, f"after {after} the broker no longer dispatches requests")
+            beat = worker.last_heartbeat
+            since = "never" if beat is None else f"{s.now() - beat:.2f} s ago"
+            raise _Stopped(
+                rule,
+                f"after {after} the broker no longer dispatches requests (the probe's worker, "
+                f"INFORMed and READY, last heard a HEARTBEAT {since}; its client got "
+                f"{request.receipts} receipt(s))",
+            )
         self.leave(worker, b"KBYE")
 
 
@@ -1088,6 +1180,8 @@ class _Run:
         liveness: int,
         malformed: bool,
         credits: int,
+        meter: JitterMeter | None = None,
+        context: zmq.Context[zmq.Socket[bytes]] | None = None,
     ) -> None:
         self.clients_endpoint = clients_endpoint
         self.credits = credits  # the broker's cap on one worker's free slots (EMQP-06)
@@ -1097,12 +1191,12 @@ class _Run:
         self.liveness = liveness
         self.malformed = malformed
         self.span = interval * liveness
-        # Windows from the agreed interval, wide enough for a loaded machine.
-        self.window = max(1.0, 3 * interval)
-        self.settle = max(0.25, interval)
-        self.heartbeat_span = self.span + self.window  # a loaded machine delays both sides
+        self.meter = JitterMeter() if meter is None else meter
+        self.last_any_heartbeat: float | None = None  # the broker's last HEARTBEAT in this lane
+        self.shared = _Exclusive()  # the lanes' hold on the broker's "default" queue
         self.request_age = 20.0
-        self.context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+        self.owns_context = context is None
+        self.context: zmq.Context[zmq.Socket[bytes]] = zmq.Context() if context is None else context
         self.poller = zmq.Poller()
         self.nonce = f"{random.Random().randrange(16**6):06x}"  # routing ids unique per run
         self.requests: dict[bytes, _Request] = {}
@@ -1110,21 +1204,80 @@ class _Run:
         self.broker_ids: set[bytes] = set()
         self.steps: dict[str, int] = {}
 
+    @property
+    def slack(self) -> float:
+        """A message's way through two sockets and the broker's loop, plus the measured jitter
+        at both ends (``domo.fuzz.jitter``): 40 ms on an idle machine."""
+        return 0.02 + 4 * self.meter.value
+
+    @property
+    def window(self) -> float:
+        """How long what the broker owes may take: two intervals (it may act on its heartbeat
+        tick) and twice the slack."""
+        return 2 * self.interval + 2 * self.slack
+
+    @property
+    def settle(self) -> float:
+        """How long after a peer's message the broker has certainly had it: there and back."""
+        return 2 * self.slack
+
+    @property
+    def heartbeat_span(self) -> float:
+        """The longest silence of the broker to an informed worker (EMQP-15)."""
+        return self.span + self.window
+
     def add(self, request: _Request) -> None:
         self.requests[request.msgid] = request
         self.active.append(request)
 
     def close(self) -> None:
-        self.context.destroy(linger=0)
+        if self.owns_context:
+            self.context.destroy(linger=0)
 
 
-def _scenario(run: _Run, number: int) -> tuple[dict[str, str], str | None]:
-    """Play one scenario; the rules it broke (rule -> first explanation), and why the broker
-    stopped serving if it did."""
-    rng = random.Random(run.seed * 1_000_003 + number)
-    s = _Scenario(run, number, rng)
+MALFORMED = ("bad-inform", "bad-request", "bad-msgid", "bad-reply", "unknown", "stranger",
+             "refused", "not-emqp", "flood")  # fmt: skip
+KINDS = ("worker", "ready", "request", "request", "request", "finish", "finish", "leave",
+         "silent", "reinform", "mmi", "duplicate")  # fmt: skip
+# The rules each kind of step gives something to judge, for the planner's steering.
+STEP_RULES: dict[str, tuple[str, ...]] = {
+    "worker": ("EMQP-03", "EMQP-06", "EMQP-15"),
+    "ready": ("EMQP-06", "EMQP-07"),
+    "request": ("EMQP-10", "EMQP-11", "EMQP-12", "EMQP-22", "EMQP-26"),
+    "finish": ("EMQP-12", "EMQP-07"),
+    "leave": ("EMQP-16", "EMQP-14"),
+    "silent": ("EMQP-15", "EMQP-14"),
+    "reinform": ("EMQP-05",),
+    "mmi": ("EMQP-25",),
+    "duplicate": ("EMQP-08",),
+    "bad-inform": ("EMQP-04",),
+    "bad-request": ("EMQP-09",),
+    "bad-msgid": ("EMQP-02",),
+    "bad-reply": ("EMQP-13",),
+    "unknown": ("EMQP-18",),
+    "stranger": ("EMQP-06",),
+    "refused": ("EMQP-17",),
+    "not-emqp": ("EMQP-01",),
+    "flood": ("EMQP-06",),
+}
+RULES = tuple(sorted({rule for rules in STEP_RULES.values() for rule in rules} | {"EMQP-19"}))
+
+
+def _play(run: _Run, plan: Sequence[Step], tag: str) -> Outcome:
+    """Play one plan: its first step (``setup``) seeds the peers it starts with, each later one
+    is a kind of step and the seed of the random choices it makes. The rules it broke, the
+    rules it judged, and the stop if the broker stopped serving."""
+    setup = plan[0].arg if plan and plan[0].kind == "setup" else 0
+    rng = random.Random(setup)
+    s = _Scenario(run, tag, rng)
+    s.shares_default = bool(plan and plan[0].kind == "setup" and plan[0].actor)
     steps = _Steps(s)
     before: dict[str, str] = {}
+
+    def outcome(fatal: Violation | None = None) -> Outcome:
+        broken = [Violation(rule, why) for rule, why in sorted(s.broken.items())]
+        return Outcome(broken, frozenset(s.judged), fatal)
+
     try:
         try:
             for _ in range(rng.randint(1, 2)):
@@ -1134,9 +1287,13 @@ def _scenario(run: _Run, number: int) -> tuple[dict[str, str], str | None]:
                 steps.inform(worker)
                 if worker.state == "ready":
                     steps.ready(worker, rng.randint(0, 3))
-            for _ in range(STEPS_PER_SCENARIO):
+            for step in plan:
+                if step.kind == "setup":
+                    continue
                 before = dict(s.broken)
-                _step(steps, s, rng)
+                s.rng = steps.rng = random.Random(step.arg)
+                run.steps[step.kind] = run.steps.get(step.kind, 0) + 1
+                _step(steps, s, step.kind)
             # The end: every job answered and its result owed, then every worker leaves.
             for worker in s.workers:
                 while any(r.status == "held" for r in worker.held) and worker.state == "ready":
@@ -1152,24 +1309,17 @@ def _scenario(run: _Run, number: int) -> tuple[dict[str, str], str | None]:
         except _Stopped as stop:
             # What broke during the fatal step may be the stop itself (no heartbeats, nothing
             # dispatched): only the stop is reported for it.
-            broken = {**before, stop.rule: str(stop)}
-            return broken, f"scenario {number}: {stop}"
+            s.broken = before
+            return outcome(Violation(stop.rule, f"the broker stopped serving: {stop}"))
     finally:
         s.close()
-    return s.broken, None
+    return outcome()
 
 
-MALFORMED = ("bad-inform", "bad-request", "bad-msgid", "bad-reply", "unknown", "stranger",
-             "refused", "not-emqp", "flood")  # fmt: skip
-KINDS = ("worker", "ready", "request", "request", "request", "finish", "finish", "leave",
-         "silent", "reinform", "mmi", "duplicate")  # fmt: skip
-
-
-def _step(steps: _Steps, s: _Scenario, rng: random.Random) -> None:
-    """One random step, then the probe: does the broker still serve a fresh worker and client?"""
-    kinds = KINDS + (MALFORMED if s.run.malformed else ())
-    kind = rng.choice(kinds)
-    s.run.steps[kind] = s.run.steps.get(kind, 0) + 1
+def _step(steps: _Steps, s: _Scenario, kind: str) -> None:
+    """One step of ``kind``, then the probe: does the broker still serve a fresh worker and
+    client?"""
+    rng = s.rng
     workers = [w for w in s.workers if w.state == "ready" and not w.probe]
     client = rng.choice([c for c in s.clients if not c.probe])
     done: tuple[str, str] | None = None
@@ -1186,7 +1336,7 @@ def _step(steps: _Steps, s: _Scenario, rng: random.Random) -> None:
         roll = rng.random()
         if roll < 0.75:
             queue = rng.choice(s.queues)
-        elif roll < 0.9:
+        elif roll < 0.9 or not s.shares_default:
             queue = f"{s.tag}unknown{rng.randrange(100)}".encode()  # EMQP-22: no re-route
         else:
             queue = b"default"
@@ -1209,7 +1359,7 @@ def _step(steps: _Steps, s: _Scenario, rng: random.Random) -> None:
     elif kind == "duplicate":
         steps.duplicate(client)
         done = "a REQUEST with an outstanding MSGID", "EMQP-08"
-    elif kind in MALFORMED:
+    elif kind in MALFORMED and s.run.malformed:
         actions: dict[str, Callable[[], tuple[str, str] | None]] = {
             "bad-inform": steps.bad_inform,
             "bad-request": lambda: steps.bad_request(client),
@@ -1226,6 +1376,94 @@ def _step(steps: _Steps, s: _Scenario, rng: random.Random) -> None:
         steps.probe(*done)
 
 
+class EmqpPlanner:
+    """eMQP plans: a setup seed, then nine steps, one in two chosen for the rules judged
+    least (the rest at random); shrinking drops steps."""
+
+    death_rule = "EMQP-01"
+
+    def __init__(self, malformed: bool) -> None:
+        self.kinds = KINDS + (MALFORMED if malformed else ())
+        self.rules = tuple(
+            r for r in RULES if any(r in STEP_RULES[k] for k in self.kinds) or r == "EMQP-19"
+        )
+
+    def draw(self, rng: random.Random, judged: Mapping[str, int]) -> tuple[Step, ...]:
+        # One plan in six may use the broker's "default" queue (EMQP-03's "" INFORM, EMQP-22),
+        # which every scenario shares: such a plan runs while no other does.
+        plan = [Step("setup", int(rng.random() < 1 / 6), rng.randrange(2**31))]
+        for _ in range(STEPS_PER_SCENARIO):
+            if rng.random() < 0.5:
+                kind = rng.choice(self.kinds)
+            else:
+                kind = min(
+                    self.kinds,
+                    key=lambda k: min(judged.get(r, 0) for r in STEP_RULES[k]) + 3 * rng.random(),
+                )
+            plan.append(Step(kind, 0, rng.randrange(2**31)))
+        return tuple(plan)
+
+    def simpler(self, step: Hashable) -> Sequence[Hashable]:
+        return []
+
+
+class _Exclusive:
+    """Many readers or one writer: plans that use the broker's shared "default" queue run
+    alone (the writer), the others side by side."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._readers = 0
+        self._writer = False
+
+    @contextlib.contextmanager
+    def reader(self) -> Iterator[None]:
+        with self._cond:
+            self._cond.wait_for(lambda: not self._writer)
+            self._readers += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._readers -= 1
+                self._cond.notify_all()
+
+    @contextlib.contextmanager
+    def writer(self) -> Iterator[None]:
+        with self._cond:
+            self._cond.wait_for(lambda: not self._writer)
+            self._writer = True
+            self._cond.wait_for(lambda: self._readers == 0)
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._writer = False
+                self._cond.notify_all()
+
+
+class _Lane:
+    """One lane of the search: its own sockets, the run's settings and jitter meter."""
+
+    def __init__(self, run: _Run, index: int) -> None:
+        self.run = run
+        self.index = index
+        self.played = 0
+
+    def play(self, plan: Sequence[Hashable]) -> Outcome:
+        self.played += 1
+        tag = f"s{self.run.seed}l{self.index}n{self.played}"
+        steps = [s for s in plan if isinstance(s, Step)]
+        if not (steps and steps[0].kind == "setup" and steps[0].actor):
+            with self.run.shared.reader():
+                return _play(self.run, steps, tag)
+        with self.run.shared.writer():
+            return _play(self.run, steps, tag)
+
+    def close(self) -> None:
+        self.run.close()
+
+
 def _fuzz(
     clients_endpoint: str,
     workers_endpoint: str,
@@ -1238,35 +1476,88 @@ def _fuzz(
     progress: Callable[[str], None] | None,
     first: bool,
     credits: int,
+    lanes: int,
+    stop_after: Sequence[str],
 ) -> EmqpFuzzResult:
-    run = _Run(clients_endpoint, workers_endpoint, seed, interval, liveness, malformed, credits)
-    started = time.monotonic()
-    seen: dict[str, EmqpFinding] = {}
-    counts: dict[str, int] = {}
-    stopped: str | None = None
-    ran = 0
+    meter = JitterMeter()
+    context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+    runs: list[_Run] = []
+    # Shared by every lane: the broker's MSGIDs, and the requests sent (a request for the
+    # broker's "default" queue may go to another lane's worker that listens on it too).
+    broker_ids: set[bytes] = set()
+    requests: dict[bytes, _Request] = {}
+    nonce = f"{random.Random().randrange(16**6):06x}"
+    shared = _Exclusive()
+
+    def open_lane(index: int) -> _Lane:
+        run = _Run(clients_endpoint, workers_endpoint, seed, interval, liveness, malformed,
+                   credits, meter=meter, context=context)  # fmt: skip
+        run.broker_ids, run.requests, run.nonce = broker_ids, requests, nonce
+        run.shared = shared
+        runs.append(run)
+        return _Lane(run, index)
+
     try:
-        for number in range(scenarios):
-            if time.monotonic() - started > time_budget:
-                break
-            ran += 1
-            broken, stopped = _scenario(run, number)
-            for rule, explanation in broken.items():
-                counts[rule] = counts.get(rule, 0) + 1
-                seen.setdefault(rule, EmqpFinding(rule, explanation, seed, number))
-                if progress is not None and counts[rule] == 1:
-                    progress(f"{rule}: {explanation} (scenario {number})")
-            if stopped is not None or (first and broken):
-                break
+        searched = search(
+            open_lane,
+            EmqpPlanner(malformed),
+            seed=seed,
+            lanes=lanes,
+            time_budget=time_budget,
+            examples=scenarios,
+            stop_after=stop_after,
+            first=first,
+            progress=progress,
+        )
     finally:
-        run.close()
+        context.destroy(linger=0)
+    if searched.errors:
+        raise RuntimeError(f"the eMQP fuzzer failed: {searched.errors[0]}")
+    steps: dict[str, int] = {}
+    for run in runs:
+        for kind, count in run.steps.items():
+            steps[kind] = steps.get(kind, 0) + count
     findings = tuple(
-        EmqpFinding(f.rule, f.explanation, f.seed, f.scenario, counts[f.rule])
-        for f in sorted(seen.values(), key=lambda f: _rule_order(f.rule))
+        EmqpFinding(
+            f.violation.rule,
+            f.violation.explanation,
+            seed,
+            -1,
+            f.scenarios,
+            tuple(step for step in f.plan if isinstance(step, Step)),
+        )
+        for f in sorted(searched.findings, key=lambda f: _rule_order(f.violation.rule))
     )
     return EmqpFuzzResult(
-        ran, time.monotonic() - started, seed, findings, stopped, dict(sorted(run.steps.items()))
+        searched.scenarios,
+        searched.seconds,
+        seed,
+        findings,
+        searched.stopped,
+        dict(sorted(steps.items())),
+        judged=Counter(searched.judged),
+        held=Counter(searched.held),
+        rules=EmqpPlanner(malformed).rules,
     )
+
+
+def replay_emqp(
+    endpoint: str,
+    steps: Sequence[Step],
+    *,
+    workers_endpoint: str | None = None,
+    heartbeat_interval: float = 0.1,
+    liveness: int = 3,
+    credits: int = MAX_CREDITS,
+) -> list[Violation]:
+    """Play one saved eMQP plan once; the rules it broke (the stop last, if it stopped)."""
+    run = _Run(endpoint, workers_endpoint or endpoint, 0, heartbeat_interval, liveness, True,
+               credits)  # fmt: skip
+    try:
+        outcome = _play(run, list(steps), "replay")
+    finally:
+        run.close()
+    return [*outcome.violations, *([outcome.fatal] if outcome.fatal else [])]
 
 
 def _rule_order(rule: str) -> tuple[str, int]:
@@ -1287,14 +1578,16 @@ def fuzz_emqp(
     progress: Callable[[str], None] | None = None,
     first: bool = False,
     credits: int = MAX_CREDITS,
+    lanes: int = 4,
+    stop_after: Sequence[str] = (),
 ) -> EmqpFuzzResult:
-    """Run up to ``scenarios`` eMQP scenarios against the broker whose clients connect to
-    ``endpoint`` and workers to ``workers_endpoint`` (the same one if None; EventMQ's router
-    has two); the rules it broke, one finding per rule. ``heartbeat_interval`` and ``liveness``
-    must be the broker's, and ``credits`` its cap on one worker's free slots (EMQP-06: 64 at
-    most; domo's broker what a burst is sure to fit in a peer's pipe, 7 with its defaults).
-    ``progress`` sees each rule the first time it breaks; ``first`` stops after the first
-    scenario that broke one."""
+    """Run up to ``scenarios`` eMQP scenarios, ``lanes`` at a time, against the broker whose
+    clients connect to ``endpoint`` and workers to ``workers_endpoint`` (the same one if None;
+    EventMQ's router has two); the rules it broke, one finding per rule, each with the
+    smallest plan found that breaks it. ``heartbeat_interval`` and ``liveness`` must be the
+    broker's, and ``credits`` its cap on one worker's free slots (EMQP-06: 64 at most; domo's
+    broker what a burst is sure to fit in a peer's pipe, 7 with its defaults). ``progress``
+    sees each rule the first time it breaks; ``first`` stops after the first finding."""
     return _fuzz(
         endpoint,
         workers_endpoint or endpoint,
@@ -1307,14 +1600,17 @@ def fuzz_emqp(
         progress,
         first,
         credits,
+        lanes,
+        stop_after,
     )
 
 
 def describe(result: EmqpFuzzResult) -> Sequence[str]:
     """The result as lines for a terminal."""
     lines = [
-        f"{f.rule}: {f.explanation} (--seed {f.seed}, scenario {f.scenario}; broken in "
-        f"{f.scenarios} of {result.scenarios} scenarios)"
+        f"{f.rule}: {f.explanation} (--seed {f.seed}; broken in {f.scenarios} of "
+        f"{result.scenarios} scenarios; the smallest: {len(f.steps) - 1} step(s): "
+        f"{', '.join(s.kind for s in f.steps if s.kind != 'setup')})"
         for f in result.findings
     ]
     if result.stopped:

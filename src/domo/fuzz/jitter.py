@@ -21,6 +21,7 @@ mistaken for the target's silence.
 from __future__ import annotations
 
 import statistics
+import threading
 import time
 from collections import deque
 from typing import Final
@@ -44,12 +45,17 @@ class JitterMeter:
         self._buckets: deque[list[float]] = deque()
         self._gaps: dict[object, deque[float]] = {}
         self.largest: dict[str, float] = {}  # kind -> the largest sample ever (for reports)
+        self._lock = threading.Lock()  # the lanes of a search share one meter
 
     def add(self, seconds: float, kind: str, now: float | None = None) -> None:
         """One sample of ``kind``: something came ``seconds`` later than it should have."""
         if seconds <= 0:
             return
         when = time.monotonic() if now is None else now
+        with self._lock:
+            self._add(seconds, kind, when)
+
+    def _add(self, seconds: float, kind: str, when: float) -> None:
         if self._buckets and when - self._buckets[-1][0] < 1.0:
             self._buckets[-1][1] = max(self._buckets[-1][1], seconds)
         else:
@@ -62,10 +68,11 @@ class JitterMeter:
 
     def heartbeat_gap(self, source: object, gap: float, now: float | None = None) -> None:
         """A gap between two heartbeats of ``source`` (a worker connection, say)."""
-        gaps = self._gaps.setdefault(source, deque(maxlen=_GAPS_KEPT))
-        gaps.append(gap)
-        if len(gaps) >= 3:
-            self.add(abs(gap - statistics.median(gaps)), "heartbeat", now)
+        with self._lock:
+            gaps = self._gaps.setdefault(source, deque(maxlen=_GAPS_KEPT))
+            gaps.append(gap)
+            spread = abs(gap - statistics.median(gaps)) if len(gaps) >= 3 else 0.0
+        self.add(spread, "heartbeat", now)
 
     def round_trip(self, seconds: float, now: float | None = None) -> None:
         """A request's round trip through the target: half of it counts."""
@@ -75,7 +82,8 @@ class JitterMeter:
     def value(self) -> float:
         """The jitter to allow now: the largest sample of the last ``horizon`` seconds."""
         now = time.monotonic()
-        while self._buckets and self._buckets[0][0] < now - self.horizon - 1.0:
-            self._buckets.popleft()
-        largest = max((seconds for _, seconds in self._buckets), default=0.0)
+        with self._lock:
+            while self._buckets and self._buckets[0][0] < now - self.horizon - 1.0:
+                self._buckets.popleft()
+            largest = max((seconds for _, seconds in self._buckets), default=0.0)
         return min(self.cap, max(self.floor, largest))

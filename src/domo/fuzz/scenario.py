@@ -12,6 +12,8 @@ say) does nothing, so every list of steps is a valid scenario and shrinking may 
 from __future__ import annotations
 
 import json
+import random
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -42,6 +44,7 @@ __all__ = [
     "describe",
     "kinds_of",
     "load_replay",
+    "random_step",
     "save_replay",
     "scenarios",
 ]
@@ -111,6 +114,7 @@ KINDS: Final[dict[str, tuple[str, str]]] = {
     "disconnect": ("worker", "unused"),
     "die": ("worker", "0 this worker, 1 the worker holding a request (if any)"),
     "late-final": ("worker", "unused"),  # dies first if alive
+    "partial": ("worker", "unused; one PARTIAL from the worker holding a request, no FINAL"),
     "unexpected": (
         "worker",
         "0 READY again, 1 FINAL while idle, 2 REQUEST, 3 HEARTBEAT unregistered",
@@ -135,7 +139,7 @@ _WEIGHTED_KINDS: Final = (
     *("request",) * 5,
     *("reply",) * 3,
     *("late-final", "pause", "disconnect", "die", "mmi", "stray-reply") * 2,
-    *("heartbeat", "unexpected", "garbage", "second-request"),
+    *("heartbeat", "unexpected", "garbage", "second-request", "partial"),
 )
 
 
@@ -346,6 +350,8 @@ def _describe_broker_step(step: Step) -> str:
         case "die":
             who = "the worker holding a request (else " + w + ")" if step.arg == 1 else w
             return f"{who}: (READY s0 first if unregistered) die silently (sends nothing more)"
+        case "partial":
+            return f"{w} (or the worker holding a request if it holds none): one PARTIAL, no FINAL"
         case "late-final":
             return (
                 f"{w}: (READY s0 first if unregistered) die silently, and once certainly expired "
@@ -359,6 +365,8 @@ def _describe_broker_step(step: Step) -> str:
             return f"{w}: (READY s0 first if needed) skip heartbeats for {step.arg}/2 intervals"
         case "wait":
             return f"wait {step.arg}/2 heartbeat intervals"
+    if step.kind not in KINDS:  # a step of a dialect with a search of its own
+        return f"{step.kind} (its choices seeded {step.arg})"
     return f"unknown step {step.kind!r}"
 
 
@@ -448,6 +456,28 @@ def _broker_step(kind: str) -> st.SearchStrategy[Step]:
     return st.builds(Step, st.just(kind), actor, argument.get(kind, st.just(0)))
 
 
+def random_step(rng: random.Random) -> Step:
+    """One broker-target step drawn as :func:`scenarios` draws them, from ``rng``."""
+    kind = rng.choice(_WEIGHTED_KINDS)
+    service = rng.choice((0, 0, 0, *range(1, SERVICES)))
+    arguments: dict[str, Callable[[], int]] = {
+        "ready": lambda: rng.choice((0, 0, 0, *range(1, SERVICES), SERVICES)),
+        "request": lambda: service + SERVICES * rng.choice((0, 0, *range(1, len(BODIES)))),
+        "second-request": lambda: service,
+        "mmi": lambda: rng.randrange(len(MMI_QUERIES)),
+        "stray-reply": lambda: rng.randrange(len(STRAY_REPLIES)),
+        "die": lambda: rng.randrange(2),
+        "reply": lambda: rng.randrange(3 * len(REPLY_BODIES)),
+        "wait": lambda: rng.randint(1, 6),
+        "pause": lambda: rng.randint(1, 4),
+        "unexpected": lambda: rng.randrange(len(_UNEXPECTED)),
+        "garbage": lambda: rng.randrange(len(GARBAGE)),
+    }
+    who = KINDS[kind][0]
+    actor = rng.randrange(WORKERS if who == "worker" else CLIENTS) if who != "none" else 0
+    return Step(kind, actor, arguments.get(kind, lambda: 0)())
+
+
 def _to_worker_step(kind: str) -> st.SearchStrategy[Step]:
     argument = {
         "request": st.integers(0, len(REQUEST_SHAPES) * len(REQUEST_ADDRESSES) - 1),
@@ -509,8 +539,10 @@ def load_replay(path: Path) -> Replay:
         if target not in TARGETS:
             raise ValueError(f"unknown target {target!r}")
         steps = [Step(str(k), int(a), int(g)) for k, a, g in data["steps"]]
+        dialect = str(data.get("dialect", "mdp02"))  # files from before --dialect: MDP/0.2
         for s in steps:
-            if s.kind not in kinds_of(target):
+            # The dialects with a search of their own have kinds of their own.
+            if dialect in ("mdp02", "mdp01", "majortomo") and s.kind not in kinds_of(target):
                 raise ValueError(f"unknown step kind {s.kind!r} for a {target}")
         return Replay(
             target=target,
@@ -519,7 +551,7 @@ def load_replay(path: Path) -> Replay:
             steps=steps,
             rule=str(data.get("rule", "")),
             explanation=str(data.get("explanation", "")),
-            dialect=str(data.get("dialect", "mdp02")),  # files from before --dialect: MDP/0.2
+            dialect=dialect,
         )
     except (KeyError, TypeError, json.JSONDecodeError) as error:
         raise ValueError(f"bad replay file {path}: {error}") from error

@@ -10,22 +10,26 @@ would run against a dead target.
 
 from __future__ import annotations
 
+import os
 import random
 import shlex
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Protocol, TextIO
 
+import zmq
 from hypothesis import HealthCheck, Phase, find, settings
 from hypothesis.errors import NoSuchExample
 
+from . import engine
 from .broker_target import BrokerRun, NeverServed, TargetDied, Timing, Violation
 from .client_target import ClientRun
 from .dialect import DIALECT_RULES, Wire
+from .plans import BROKER_RULES, BrokerPlanner
 from .scenario import (
     JUDGED_RULES,
     STEP_RULES,
@@ -44,6 +48,7 @@ __all__ = [
     "FuzzResult",
     "format_coverage",
     "format_finding",
+    "format_rule_coverage",
     "fuzz",
     "fuzz_broker",
     "open_run",
@@ -95,6 +100,9 @@ class FuzzOptions:
     stop_after: tuple[str, ...] = ()  # stop once one of these rules is found (measurements)
     # The dialect of the clients and workers played against a broker (domo.fuzz.dialect).
     dialect: str = "mdp02"
+    # Scenarios run side by side against a broker (each on sockets of its own); 1 plays them
+    # one after another. A worker or client target is always played one scenario at a time.
+    lanes: int = 24
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,7 +124,8 @@ class FuzzResult:
     seconds: float = 0.0
     never_served: str = ""  # why no scenario could run, when the peer never served
     seed: int = 0  # the seed the search used: ``--seed`` repeats it
-    coverage: Counter[str] = field(default_factory=Counter)  # rule id -> times exercised
+    coverage: Counter[str] = field(default_factory=Counter)  # rule id -> scenarios judging it
+    held: Counter[str] | None = None  # rule id -> scenarios in which it was judged and held
     judged: tuple[str, ...] = ()  # the rules this target's checks can judge
     # The largest jitter sample of each kind (domo.fuzz.jitter): what the windows allowed for.
     jitter: dict[str, float] = field(default_factory=dict)
@@ -136,12 +145,37 @@ class FuzzResult:
 
 
 def format_coverage(result: FuzzResult) -> str:
-    """Per rule id, how many times a scenario exercised it; then the rules never reached."""
-    counts = ", ".join(f"{rule} {result.coverage[rule]}" for rule in sorted(result.coverage))
-    lines = [f"domo fuzz: rule coverage: {counts or 'nothing exercised'}"]
+    """Per rule id, in how many scenarios a check judged it (and, where counted, in how many
+    of those it held); then the rules never reached."""
+    rules = sorted(set(result.coverage) | set(result.judged))
+    if result.held is not None:
+        held = result.held
+        counts = ", ".join(f"{rule} {result.coverage[rule]}/{held[rule]}" for rule in rules)
+        title = "rule coverage (judged/held)"
+    else:
+        counts = ", ".join(f"{rule} {result.coverage[rule]}" for rule in rules)
+        title = "rule coverage (exercised)"
+    lines = [f"domo fuzz: {title}: {counts or 'nothing exercised'}"]
     if result.never_reached:
         lines.append(
             f"domo fuzz: warning: rules never reached: {', '.join(result.never_reached)} "
+            "(give the search more time or steps)"
+        )
+    return "\n".join(lines)
+
+
+def format_rule_coverage(
+    judged: Mapping[str, int], held: Mapping[str, int], rules: Sequence[str]
+) -> str:
+    """The coverage line of a search: per rule, in how many scenarios a check judged it and in
+    how many of those it held; then the rules that no scenario judged."""
+    shown = sorted(set(judged) | set(rules))
+    counts = ", ".join(f"{rule} {judged.get(rule, 0)}/{held.get(rule, 0)}" for rule in shown)
+    lines = [f"domo fuzz: rule coverage (judged/held): {counts or 'nothing judged'}"]
+    never = [rule for rule in rules if not judged.get(rule, 0)]
+    if never:
+        lines.append(
+            f"domo fuzz: warning: rules never reached: {', '.join(never)} "
             "(give the search more time or steps)"
         )
     return "\n".join(lines)
@@ -205,6 +239,8 @@ def fuzz(options: FuzzOptions, progress: TextIO | None = sys.stderr) -> FuzzResu
     """
     seed = options.seed if options.seed is not None else random.SystemRandom().randrange(2**32)
     options = replace(options, seed=seed)
+    if options.target == "broker" and options.command is None:
+        return _search_broker(options, progress)
     timing = Timing(options.heartbeat_interval, options.liveness)
     run = open_run(options, timing)
     # MDP-A-04 is a MAY: judged only when the target says which choice it made; the MMI rules
@@ -348,6 +384,101 @@ def fuzz(options: FuzzOptions, progress: TextIO | None = sys.stderr) -> FuzzResu
         result.seconds = time.monotonic() - start
         if progress is not None and _is_terminal(progress):
             progress.write("\n")  # ends the progress line
+    return result
+
+
+def broker_rules(options: FuzzOptions) -> tuple[str, ...]:
+    """The rules the broker target judges with these options (coverage: those never judged)."""
+    skipped = set() if options.mmi else {"MDP-M-01", "MDP-M-02", "MDP-D-14"}
+    if not Wire(options.dialect).worker_partials:
+        skipped |= {"MDP-D-09", "MDP-C-02"}  # no PARTIAL to send or forward
+    if not Wire(options.dialect).one_outstanding:
+        skipped |= {"MDP-S-02", "MDP-D-12"}  # several requests outstanding (MDP01-09)
+    if not Wire(options.dialect).worker_sends_request:
+        skipped.add("MDP-R-02")
+    if options.dialect != "mdp02":
+        skipped |= {"MDP-C-02", "MDP-C-03"}  # the dialect's own reply frames instead
+    rules = tuple(rule for rule in BROKER_RULES if rule not in skipped)
+    if options.dispatch is not None:
+        rules += ("MDP-A-04",)
+    return rules + DIALECT_RULES.get(options.dialect, ())
+
+
+def _search_broker(options: FuzzOptions, progress: TextIO | None) -> FuzzResult:
+    """The broker target: scenarios on ``options.lanes`` lanes, steered and shrunk by
+    :func:`domo.fuzz.engine.search`."""
+    assert options.seed is not None
+    timing = Timing(options.heartbeat_interval, options.liveness)
+    wire = Wire(options.dialect)
+    result = FuzzResult(seed=options.seed, judged=broker_rules(options))
+    start = time.monotonic()
+    context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+
+    def open_lane(_: int) -> BrokerRun:
+        own = os.environ.get("DOMO_FUZZ_CONTEXT") == "lane"
+        return BrokerRun(
+            options.endpoint,
+            timing,
+            context=zmq.Context() if own else context,
+            owns_context=own,
+            dispatch=options.dispatch,
+            mmi=options.mmi,
+            wire=Wire(options.dialect),
+        )
+
+    if progress is not None:
+        progress.write(
+            f"domo fuzz: seed {options.seed} (--seed {options.seed} repeats this search)\n"
+        )
+        progress.flush()
+    try:
+        first = open_lane(0)
+        try:
+            seen = first.first_probe()
+        except NeverServed as never:
+            seen, result.never_served = never.violations, str(never)
+        finally:
+            first.close()
+        for violation in seen:
+            if violation.rule not in result.rules:
+                result.findings.append(_finding(options, violation, [], time.monotonic() - start))
+        if result.never_served or options.examples == 0:
+            return result
+
+        def show(line: str) -> None:
+            if progress is not None:
+                progress.write(f"domo fuzz: found {line}\n")
+                progress.flush()
+
+        planner = BrokerPlanner(
+            result.judged, options.max_steps, mmi=options.mmi, partials=wire.worker_partials
+        )
+        budget = max(0.0, options.time_budget - (time.monotonic() - start))
+        searched = engine.search(
+            open_lane,
+            planner,
+            seed=options.seed,
+            lanes=max(1, options.lanes),
+            time_budget=budget,
+            examples=options.examples,
+            stop_after=options.stop_after,
+            first=options.first,
+            progress=show,
+        )
+        for error in searched.errors:
+            raise RuntimeError(f"domo fuzz: a lane failed: {error}")
+        for f in searched.findings:
+            if f.violation.rule in result.rules:
+                continue
+            steps = [step for step in f.plan if isinstance(step, Step)]
+            result.findings.append(_finding(options, f.violation, steps, f.seconds))
+        result.examples = searched.scenarios
+        result.coverage = Counter(searched.judged)
+        result.held = Counter(searched.held)
+    finally:
+        context.destroy(linger=0)
+        result.jitter = dict(timing.meter.largest)
+        result.seconds = time.monotonic() - start
     return result
 
 
