@@ -79,8 +79,8 @@ def lint(session: nox.Session) -> None:
 
 @nox.session
 def typecheck(session: nox.Session) -> None:
-    """mypy --strict over src, tests and this file."""
-    session.install("-e", ".[metrics,nng]", *group("typecheck"))
+    """mypy --strict over src, tests and this file (uvloop: benchmarks/_peers.py imports it)."""
+    session.install("-e", ".[metrics,nng,uvloop]", *group("typecheck"))
     session.run("mypy", *session.posargs)
 
 
