@@ -254,7 +254,6 @@ async def _broker(args: argparse.Namespace) -> int:
     open_files = fdlimit.OpenFileWatch(
         fdlimit.raise_open_file_limit(), logging.getLogger("domo.broker")
     )
-    print(f"domo broker: {open_files.budget.describe()}", flush=True)
     if args.metrics is not None:
         if _metrics_missing("domo broker: --metrics"):
             return EXIT_USAGE
@@ -300,6 +299,9 @@ async def _broker(args: argparse.Namespace) -> int:
                 for endpoint in bound:
                     secured = _protection(endpoint, args.curve, args.nng_tls)
                     print(f"domo broker: listening on {endpoint}{secured}", flush=True)
+                # After the endpoints: scripts read "listening on" first, and a failed bind
+                # (exit 5) says only why it failed.
+                print(f"domo broker: {open_files.budget.describe()}", flush=True)
                 await trio.sleep_forever()
     print(f"domo broker: stopped; {completed} requests completed", flush=True)
     return EXIT_OK
