@@ -38,12 +38,12 @@ import json
 import math
 import os
 import platform
-import select
 import socket
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -137,8 +137,13 @@ def read_line(proc: subprocess.Popen[str], timeout: float) -> str:
     """The next line the process prints; fails if it prints none in ``timeout`` s or exits."""
     out = proc.stdout
     assert out is not None
-    ready, _, _ = select.select([out], [], [], timeout)
-    line = out.readline() if ready else ""
+    # A thread, not select(2): a line already in the text wrapper's buffer (two printed at once)
+    # leaves the pipe empty, and select would wait for a line that was read.
+    got: list[str] = []
+    reader = threading.Thread(target=lambda: got.append(out.readline()), daemon=True)
+    reader.start()
+    reader.join(timeout)
+    line = got[0] if got else ""
     if not line:
         raise RuntimeError(f"{_who(proc)} printed nothing in {timeout} s (rc {proc.poll()})")
     return line.strip()

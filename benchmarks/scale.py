@@ -69,14 +69,14 @@ def _start_broker(
     sink.close()
     g.procs.append(proc)
     room = url = ""
-    while not url or not room:
+    listening = False
+    while not url or not room or not listening:  # the room is said after the endpoints
         line = read_line(proc, 60)
         if "room for about" in line:
             room = re.search(r"room for about (\d+)", line).group(1)  # type: ignore[union-attr]
         if "metrics on " in line:
             url = line.split("metrics on ", 1)[1]
-    while "listening on" not in line:
-        line = read_line(proc, 60)
+        listening = listening or "listening on" in line
     return proc, endpoint, url, int(room)
 
 
