@@ -19,6 +19,7 @@ CASES = [
     "broker: request cycle, 100 workers, 10 services",
     "family broker: request cycle, MDP/0.2",
     "family broker: request cycle, MDP/0.1 REQ clients",
+    "family broker: request cycle, DCP clients",
     "broker: tick, 10,000 idle workers, nothing due",
     "broker: heartbeat round, 10,000 workers due",
     "worker session: REQUEST in, FINAL out",
