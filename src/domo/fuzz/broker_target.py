@@ -731,6 +731,11 @@ class _Scenario:
         if r.required:
             self.arm("MDP-S-01")
 
+    def kept(self, w: _Worker) -> bool:
+        """Is ``w`` kept busy by the broker however silent (see ``keeps_busy``)? A call, so
+        that it is read afresh after a pump (which may dispatch to ``w``)."""
+        return w.kept
+
     def keeps_busy(self, w: _Worker) -> bool:
         """Is ``w`` busy in a dialect whose busy workers the broker never expires within the
         liveness span (they do not heartbeat while busy)?"""
@@ -1096,6 +1101,12 @@ class _Scenario:
                     self.lose(w, self.expired_by(w))
                     self.unregistered_by(w, self.expired_by(w))
                     self.arm("MDP-H-07")
+                    if not self.run.wire.busy_workers_heartbeat:
+                        # Until the broker expires it, it may hand the dead worker a request
+                        # of its service, which then stays with it however silent (MDP01-12,
+                        # MAJ-08); the socket may be abandoned unread, so the fuzzer may not
+                        # see it: that service's dispatch is not judged from here on.
+                        self.unsure[w.service] = float("inf")
             case "late-final":
                 # Die first if alive; send the FINAL once the broker has certainly expired the
                 # worker, so that a random scenario needs no exact run of waits for MDP-D-10.
@@ -1112,6 +1123,8 @@ class _Scenario:
                         now < self.expired_by(w) or self.run.pacemaker.stalled(now)
                     ):
                         self.pump(min(give_up, max(self.expired_by(w), now + 0.01)) + 0.001)
+                if self.kept(w):
+                    return  # a request reached it while it waited: busy, so never expired
                 held = w.holding or w.lost_request
                 now = time.monotonic()
                 if w.dead and held is not None and w.sock is not None and now >= self.expired_by(w):
@@ -1625,7 +1638,12 @@ class _Scenario:
         r.dispatched = True
         r.state = "held"
         w.holding = key
-        if w.dead:
+        if w.dead and not self.run.wire.busy_workers_heartbeat:
+            # Dispatched to after it died, in a dialect whose busy workers the broker keeps
+            # however silent (MDP01-12, MAJ-08): it is busy now, so kept as on dying busy.
+            w.kept = True
+            self.unsure[w.service] = float("inf")
+        elif w.dead:
             self.lose(w, self.expired_by(w))
 
     def note_order(self, key: tuple[bytes, int], r: _Request, now: float) -> None:
