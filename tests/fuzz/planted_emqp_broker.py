@@ -108,13 +108,21 @@ def ignore_leaving() -> None:
 
 
 def forget_without_requeue() -> None:
-    """A worker that leaves is forgotten, but its slots stay with the core: the jobs it held
-    are never given to another (EMQP-14)."""
+    """A worker that leaves is forgotten and its idle slots withdrawn, but its busy slots stay
+    with the core: the jobs it held are never given to another (EMQP-14). (Leaving its idle
+    slots too would have the core dispatch to a worker the layer no longer knows: a crash, not
+    the mistake planted.)"""
 
     def forget(
         self: Bridge, worker: Any, now: float, events: list[Any], *, expired: bool = False
     ) -> None:
         self._workers.pop(worker.address, None)
+        seats = self._seats
+        busy = seats._busy.get(worker.address, set())
+        groups = seats._groups.get(worker.address, {})
+        idle = [key for number, keys in groups.items() if number not in busy for key in keys]
+        seats.forget(worker.address)
+        events += seats._core.withdraw(idle, now, expired=expired)
 
     Bridge._forget = forget  # type: ignore[method-assign]
 
