@@ -9,6 +9,7 @@ pytest.importorskip("prometheus_client", reason="the metrics extra: pip install 
 
 from domo.metrics import BrokerMetrics, read_status, serve_metrics
 from domo.protocol import BrokerConfig
+from domo.protocol.broker import REQUEST_OVERHEAD
 from domo.protocol.events import BrokerEvent
 from domo.protocol.family import FamilyBroker
 
@@ -42,6 +43,7 @@ def test_held_bytes_and_refusals_follow_the_core() -> None:
     bounds = [("held", 20), ("message", 10), ("peer", 40), ("pending", 30)]  # KiB
     for bound, value in [(name, kib * KIB) for name, kib in bounds]:
         assert metrics.registry.get_sample_value("domo_bytes_limit", {"bound": bound}) == value
+    # Each counts its body plus REQUEST_OVERHEAD (2 KiB): two fill the 20 KiB exactly.
     feed(broker.receive(b"C1", [C02, b"\x01", b"echo", b"x" * (8 * KIB)], 0.0))
     feed(broker.receive(b"C2", [C02, b"\x01", b"echo", b"x" * (8 * KIB)], 0.1))
     feed(broker.receive(b"C3", [C02, b"\x01", b"echo", b"x" * (8 * KIB)], 0.2))  # MDP-D-26
@@ -50,7 +52,7 @@ def test_held_bytes_and_refusals_follow_the_core() -> None:
     assert refused("too-large", "MDP-D-25") == 1
     feed(broker.receive(b"W1", [W02, b"\x01", b"echo"], 0.4))  # takes C1's
     feed(broker.receive(b"W1", [W02, b"\x04", b"C1", b"", b"ok"], 0.5))  # and C2's after it
-    assert broker.core.held_bytes() == 8 * KIB
+    assert broker.core.held_bytes() == 8 * KIB + REQUEST_OVERHEAD
     feed(broker.receive(b"W1", [W02, b"\x04", b"C2", b"", b"y" * (11 * KIB)], 0.6))  # too large
     assert broker.core.held_bytes() == 0
 
@@ -64,7 +66,7 @@ def test_read_status_shows_the_bytes_held_and_the_refusals() -> None:
             metrics.on_event(event)
     host, port = serve_metrics("127.0.0.1:0", metrics)
     status = read_status(f"http://{host}:{port}/metrics")
-    assert status.held_bytes == 8 * KIB
+    assert status.held_bytes == 8 * KIB + REQUEST_OVERHEAD  # its body and its overhead
     assert status.limits == {
         "held": 20 * KIB,
         "message": 10 * KIB,

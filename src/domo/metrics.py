@@ -38,7 +38,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from domo.protocol.broker import BrokerConfig
+from domo.protocol.broker import REQUEST_OVERHEAD, BrokerConfig
 from domo.protocol.events import (
     BrokerEvent,
     ConnectionClosed,
@@ -130,15 +130,18 @@ class BrokerMetrics:
             "frame over max_message_bytes (MDP-D-31, MDP-D-25)", registry=r,
         )  # fmt: skip
         self.held = Gauge(
-            "domo_held_bytes", "Request bodies the broker holds (MDP-D-26)", registry=r
-        )
+            "domo_held_bytes", "Request bytes the broker holds: bodies plus a per-request "
+            "overhead (MDP-D-26)", registry=r,
+        )  # fmt: skip
         limits = Gauge("domo_bytes_limit", "The broker's byte bounds", ["bound"], registry=r)
         config = config if config is not None else BrokerConfig()
         limits.labels("held").set(config.max_held_bytes)  # MDP-D-26
         limits.labels("message").set(config.max_message_bytes)  # MDP-D-25
         limits.labels("peer").set(config.max_peer_bytes)  # MDP-D-27, each way
         limits.labels("pending").set(config.max_pending_bytes)  # MDP-D-30, all peers
-        self._sizes: dict[int, int] = {}  # outstanding request id -> its body's bytes
+        # Outstanding request id -> what it counts against max_held_bytes: its body's bytes plus
+        # REQUEST_OVERHEAD, as the core counts it (Broker.held_bytes).
+        self._sizes: dict[int, int] = {}
         # The services that are labels now, oldest first (value: whether one of its requests
         # has completed since), and every registered service's worker count: who may keep or
         # take a label slot (see the module's docstring).
@@ -215,8 +218,9 @@ class BrokerMetrics:
             self._of(self.received, event.service).inc()
             self._waiting[event.request_id] = event.service
             self._gauge(self.queued, event.service, "", 1)
-            self._sizes[event.request_id] = event.size
-            self.held.inc(event.size)
+            held = event.size + REQUEST_OVERHEAD
+            self._sizes[event.request_id] = held
+            self.held.inc(held)
         elif isinstance(event, RequestDispatched):
             self._leave_queue(event.request_id)
             self._of(self.queue_wait, event.service).observe(event.waited)
@@ -328,7 +332,7 @@ class Status:
     services: dict[str, ServiceStatus] = field(default_factory=dict)
     violations: dict[str, int] = field(default_factory=dict)
     worker_losses: dict[str, int] = field(default_factory=dict)
-    held_bytes: int = 0  # request bodies held (MDP-D-26)
+    held_bytes: int = 0  # request bytes held: bodies plus a per-request overhead (MDP-D-26)
     limits: dict[str, int] = field(default_factory=dict)  # the byte bounds, by name
     refused: dict[str, int] = field(default_factory=dict)  # requests refused, by rule
     pair: dict[str, str] = field(default_factory=dict)  # Binary Star: role, state, serving

@@ -727,11 +727,12 @@ async def test_a_body_too_large_for_the_heartbeat_is_named(domo: StartDomo) -> N
     beats = ["--heartbeat-interval", "0.05", "--liveness", "2"]
     # MDP-D-25, MDP-D-27: 300 MB passes, and a pipe holds 4 such messages (with 1, a HEARTBEAT
     # waiting in the worker's pipe would make the REQUEST's send fail: the worker "congested",
-    # hence MDP-D-32); MDP-D-30: the pending bytes must hold one such message.
+    # hence MDP-D-32); MDP-D-30: the pending bytes must hold one such message; MDP-D-26: the
+    # held bytes one such request and its REQUEST_OVERHEAD.
     bounds = [
         "--max-message-bytes=400M",
         "--max-peer-bytes=1600M",
-        "--max-held-bytes=400M",
+        "--max-held-bytes=401M",
         "--max-pending-bytes=400M",
     ]
     broker = await domo("broker", "--bind", "tcp://127.0.0.1:0", *beats, *bounds)

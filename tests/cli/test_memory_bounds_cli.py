@@ -59,7 +59,10 @@ async def test_call_names_the_bound_for_a_body_over_the_default(domo: StartDomo)
 async def test_bounds_that_cannot_hold_one_message_are_a_usage_error() -> None:
     done = await run_domo("broker", "--max-message-bytes", "8M", "--max-held-bytes", "4M")
     assert done.code == 2
-    assert "--max-held-bytes (4194304) must be >= --max-message-bytes (8388608)" in done.stderr
+    assert (
+        "--max-held-bytes (4194304) must be >= --max-message-bytes (8388608) + REQUEST_OVERHEAD "
+        "(2048), that is 8390656" in done.stderr
+    )
     done = await run_domo("broker", "--max-peer-bytes", "lots")
     assert done.code == 2
     assert "not a size: 'lots'" in done.stderr

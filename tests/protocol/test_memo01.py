@@ -13,6 +13,7 @@ pytest.importorskip("cbor2")  # the `nng` extra
 import cbor2
 
 from domo.protocol import BrokerConfig
+from domo.protocol.broker import REQUEST_OVERHEAD
 from domo.protocol.dialects.memo01 import (
     Memo01Message,
     MessageType,
@@ -611,12 +612,12 @@ def test_memo_22_a_refused_job_is_not_kept_and_its_resend_is_served() -> None:
         liveness=3,
         request_expiry=10.0,
         max_message_bytes=100,
-        max_held_bytes=150,
+        max_held_bytes=100 + REQUEST_OVERHEAD,  # the least: one JOB of 80 bytes, not two
         max_peer_bytes=400,
         max_pending_bytes=100,
     )
     broker = Memo01Broker(config, memo_connections={NNG}, memo=Memo01Config(epoch=EPOCH))
-    broker.receive(token(1), [job("svc", b"a" * 80)], 0.0, NNG)  # held: 80 of 150
+    broker.receive(token(1), [job("svc", b"a" * 80)], 0.0, NNG)  # held: 80 + REQUEST_OVERHEAD
     events = broker.receive(token(2), [job("svc", b"b" * 80)], 0.1, NNG)
     assert [(type(e).__name__, getattr(e, "rule", None)) for e in events] == [
         ("RequestRefused", "MDP-D-26")

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from domo.protocol.broker import Broker, BrokerConfig
+from domo.protocol.broker import REQUEST_OVERHEAD, Broker, BrokerConfig
 from domo.protocol.events import (
     BrokerEvent,
     MessageDropped,
@@ -56,7 +56,7 @@ def test_a_request_over_max_message_bytes_is_refused_and_nothing_held() -> None:
     # Exactly at the bound is accepted, and the client may send it at once (no outstanding).
     events = _request(broker, b"C1", 10 * KIB, 0.2)
     assert [type(e) for e in events] == [RequestQueued, RequestDispatched]
-    assert broker.held_bytes() == 10 * KIB
+    assert broker.held_bytes() == 10 * KIB + REQUEST_OVERHEAD
     [(peer, _)] = broker.take_outgoing()
     assert peer == b"W1"
 
@@ -71,39 +71,47 @@ def test_the_body_is_summed_over_its_frames() -> None:
 
 
 def test_requests_over_max_held_bytes_are_refused_until_one_ends() -> None:
-    """MDP-D-26: the queued bodies never pass max_held_bytes; a refusal names the bytes held;
-    a request that ends (completed, expired, dropped) gives its bytes back."""
-    broker = _broker(max_message_bytes=40 * KIB, max_held_bytes=100 * KIB, max_peer_bytes=160 * KIB)
+    """MDP-D-26: the queued requests, each its body plus ``REQUEST_OVERHEAD``, never pass
+    max_held_bytes; a refusal names the bytes held; a request that ends (completed, expired,
+    dropped) gives its bytes back."""
+    overhead = REQUEST_OVERHEAD
+    broker = _broker(
+        max_message_bytes=40 * KIB,
+        max_held_bytes=100 * KIB + 4 * overhead,
+        max_peer_bytes=160 * KIB,
+    )
     for index in range(3):  # no worker: they wait in the queue
         events = _request(broker, b"C%d" % index, 30 * KIB, 0.1)
         assert [type(e) for e in events] == [RequestQueued]
-    assert broker.held_bytes() == 90 * KIB
+    assert broker.held_bytes() == 90 * KIB + 3 * overhead
     events = _request(broker, b"C3", 30 * KIB, 0.2)
     assert events == [
-        RequestRefused(b"C3", b"echo", "broker-full", 30 * KIB, 90 * KIB, "MDP-D-26", 0.2)
+        RequestRefused(
+            b"C3", b"echo", "broker-full", 30 * KIB, 90 * KIB + 3 * overhead, "MDP-D-26", 0.2
+        )
     ]
     assert broker.queued(b"echo") == 3
-    assert broker.held_bytes() == 90 * KIB
-    # A smaller one still fits.
+    assert broker.held_bytes() == 90 * KIB + 3 * overhead
+    # A smaller one still fits, exactly.
     assert [type(e) for e in _request(broker, b"C4", 10 * KIB, 0.3)] == [RequestQueued]
-    assert broker.held_bytes() == 100 * KIB
+    assert broker.held_bytes() == 100 * KIB + 4 * overhead
     assert isinstance(_request(broker, b"C3", 1, 0.3)[0], RequestRefused)
 
-    # A worker takes C0's request and answers: completed, 30 KiB given back.
+    # A worker takes C0's request and answers: completed, 30 KiB and its overhead given back.
     broker.receive(b"W1", [W, b"\x01", b"echo"], 1.0)  # READY: C0's is dispatched at once
     [(worker, frames)] = broker.take_outgoing()
     assert worker == b"W1"
     assert frames[2] == b"C0"
-    assert broker.held_bytes() == 100 * KIB  # dispatched: still held, for a re-dispatch
+    assert broker.held_bytes() == 100 * KIB + 4 * overhead  # dispatched: still held
     broker.receive(b"W1", [W, b"\x04", b"C0", b"", b"ok"], 1.1)  # FINAL; C1's goes out next
-    assert broker.held_bytes() == 70 * KIB
+    assert broker.held_bytes() == 70 * KIB + 3 * overhead
     out = broker.take_outgoing()
     assert [peer for peer, _ in out] == [b"C0", b"W1"]
     [completed] = broker.flushed()
     assert isinstance(completed, RequestCompleted)
     assert completed.client == b"C0"
     assert [type(e) for e in _request(broker, b"C3", 30 * KIB, 1.2)] == [RequestQueued]
-    assert broker.held_bytes() == 100 * KIB
+    assert broker.held_bytes() == 100 * KIB + 4 * overhead
 
     # Expiry gives the bytes back too (C2, C4 and C3 wait; C1 is with the worker).
     events = broker.receive(b"W1", [W, b"\x05"], 3.0)  # HEARTBEATs: the worker stays alive
@@ -114,12 +122,44 @@ def test_requests_over_max_held_bytes_are_refused_until_one_ends() -> None:
         b"C3",
         b"C4",
     ]
-    assert broker.held_bytes() == 30 * KIB
+    assert broker.held_bytes() == 30 * KIB + overhead
     # And a drop: the worker is lost after a PARTIAL (MDP-D-09).
     broker.receive(b"W1", [W, b"\x03", b"C1", b"", b"part"], 6.6)
     broker.receive(b"W1", [W, b"\x06"], 6.7)
     assert broker.held_bytes() == 0
     assert broker.requests() == []
+
+
+def test_a_flood_of_tiny_requests_is_bounded_by_what_each_request_costs() -> None:
+    """MDP-D-26: each accepted request counts its body plus ``REQUEST_OVERHEAD``, so requests
+    of 1-byte and empty bodies from many clients are refused ``broker-full`` once
+    ``n * (body + REQUEST_OVERHEAD)`` would pass max_held_bytes: a flood of them is bounded in
+    what it really costs the broker (the bodies alone would let 65,536 in, not 31)."""
+    broker = _broker(max_message_bytes=KIB, max_held_bytes=64 * KIB, max_peer_bytes=4 * KIB)
+    cost = 1 + REQUEST_OVERHEAD
+    fits = 64 * KIB // cost
+    assert fits == 31
+    for index in range(fits):  # no worker: they all wait
+        events = _request(broker, b"C%d" % index, 1, 0.1)
+        assert [type(e) for e in events] == [RequestQueued]
+    assert broker.held_bytes() == fits * cost == 63519
+    held = broker.held_bytes()
+    assert _request(broker, b"D1", 1, 0.2) == [
+        RequestRefused(b"D1", b"echo", "broker-full", 1, held, "MDP-D-26", 0.2)
+    ]
+    # An empty body still costs REQUEST_OVERHEAD: 63,519 + 2,048 is over 65,536 too.
+    assert _request(broker, b"D2", 0, 0.2) == [
+        RequestRefused(b"D2", b"echo", "broker-full", 0, held, "MDP-D-26", 0.2)
+    ]
+    assert broker.queued(b"echo") == fits
+    assert broker.held_bytes() == fits * cost
+    # They expire (request_expiry, 5 s): every byte counted is given back, and room is made.
+    events = broker.tick(5.2)
+    assert len([e for e in events if isinstance(e, RequestExpired)]) == fits
+    assert broker.held_bytes() == 0
+    assert broker.requests() == []
+    assert [type(e) for e in _request(broker, b"D2", 0, 5.3)] == [RequestQueued]
+    assert broker.held_bytes() == REQUEST_OVERHEAD
 
 
 def test_a_final_over_max_message_bytes_is_not_relayed() -> None:
@@ -139,7 +179,7 @@ def test_a_final_over_max_message_bytes_is_not_relayed() -> None:
     out = broker.take_outgoing()
     assert [(peer, frames[2]) for peer, frames in out] == [(b"W1", b"C2")]
     assert broker.flushed() == []
-    assert broker.held_bytes() == 10
+    assert broker.held_bytes() == 10 + REQUEST_OVERHEAD  # C2's, with its worker
     assert b"W1" in broker.workers()
 
 
@@ -194,6 +234,11 @@ def test_the_family_broker_applies_the_same_bounds_to_other_dialects() -> None:
     [
         ({"max_message_bytes": 0}, "max_message_bytes must be >= 1"),
         ({"max_message_bytes": 10, "max_held_bytes": 9}, "max_held_bytes"),
+        (
+            {"max_message_bytes": 10, "max_held_bytes": 10 + REQUEST_OVERHEAD - 1},
+            r"max_held_bytes \(2057\) must be >= max_message_bytes \(10\) \+ REQUEST_OVERHEAD "
+            r"\(2048\), that is 2058",
+        ),
         ({"max_message_bytes": 10, "max_peer_bytes": 9}, "max_peer_bytes"),
         ({"max_message_bytes": 10, "max_peer_bytes": 39}, r"at least 4 x max_message_bytes"),
         ({"max_message_bytes": 10, "max_pending_bytes": 9}, "max_pending_bytes"),
@@ -203,7 +248,8 @@ def test_limits_that_cannot_hold_one_message_are_refused(
     limits: dict[str, int], message: str
 ) -> None:
     """MDP-D-25..27, MDP-D-30; MDP-D-32: a pipe must hold at least four of the largest
-    messages."""
+    messages; MDP-D-26: the held bytes at least one request of the largest size, overhead
+    included."""
     with pytest.raises(ValueError, match=message):
         BrokerConfig(**limits)
 
@@ -211,9 +257,10 @@ def test_limits_that_cannot_hold_one_message_are_refused(
 def test_pipe_messages_is_the_peer_bound_over_the_largest_message() -> None:
     """MDP-D-27: the high-water mark a runtime gives each pipe; defaults 64 MiB / 4 MiB."""
     assert BrokerConfig().pipe_messages == 16
-    config = BrokerConfig(max_message_bytes=1000, max_peer_bytes=4999, max_held_bytes=1000)
+    held = 1000 + REQUEST_OVERHEAD  # the least max_held_bytes (MDP-D-26)
+    config = BrokerConfig(max_message_bytes=1000, max_peer_bytes=4999, max_held_bytes=held)
     assert config.pipe_messages == 4
-    least = BrokerConfig(max_message_bytes=1000, max_peer_bytes=4000, max_held_bytes=1000)
+    least = BrokerConfig(max_message_bytes=1000, max_peer_bytes=4000, max_held_bytes=held)
     assert least.pipe_messages == 4  # MDP-D-32: the fewest allowed
 
 

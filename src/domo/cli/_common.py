@@ -33,6 +33,7 @@ from domo.curve import (
 )
 from domo.endpoints import EndpointError, check_endpoint
 from domo.protocol import BrokerConfig, mdp
+from domo.protocol.broker import REQUEST_OVERHEAD
 
 logger = logging.getLogger("domo.cli")
 
@@ -288,8 +289,9 @@ def _add_memory_bounds(sub: argparse.ArgumentParser, defaults: BrokerConfig) -> 
         type=_byte_size,
         default=defaults.max_held_bytes,
         metavar="SIZE",
-        help="the request bodies held at once, all clients together; a request that would go "
-        f"over is refused (default: {defaults.max_held_bytes // mib}MiB)",
+        help="the requests held at once, all clients together, each counted as its body plus "
+        f"{REQUEST_OVERHEAD} bytes; a request that would go over is refused "
+        f"(default: {defaults.max_held_bytes // mib}MiB)",
     )
     sub.add_argument(
         "--max-peer-bytes",

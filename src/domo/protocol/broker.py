@@ -49,7 +49,14 @@ from typing import TYPE_CHECKING, Any, Final, TypeAlias
 
 from . import mdp
 from .commands import HEARTBEAT, LEAVE, Command, CoreCommand, Role
-from .dispatch import Dispatcher, RequestRecord, RequestState, ServiceRecord, WorkerRecord
+from .dispatch import (
+    REQUEST_OVERHEAD,
+    Dispatcher,
+    RequestRecord,
+    RequestState,
+    ServiceRecord,
+    WorkerRecord,
+)
 from .errors import LocalProtocolError, MalformedMessage
 from .events import (
     BrokerEvent,
@@ -86,6 +93,7 @@ from .timers import DeadlineHeap
 __all__ = [
     "PENDING_FROM",
     "PIPE_MIN_MESSAGES",
+    "REQUEST_OVERHEAD",
     "WORKER_TRANSITIONS",
     "Action",
     "Broker",
@@ -144,8 +152,10 @@ class BrokerConfig:
     - ``max_redispatches``: how many times a request may go back to its queue because its worker
       was lost, before it is dropped (MDP-D-08).
     - ``max_message_bytes``: the largest body one request or reply may carry (MDP-D-25).
-    - ``max_held_bytes``: the request bodies the broker holds at once, all clients together
-      (MDP-D-26).
+    - ``max_held_bytes``: the bytes of the requests the broker holds at once, all clients
+      together: each counts its body plus ``REQUEST_OVERHEAD`` for what the broker keeps of it
+      (MDP-D-26). At least ``max_message_bytes + REQUEST_OVERHEAD``, so that one request of
+      the largest size fits.
     - ``max_peer_bytes``: the bytes one peer's pipe may hold each way; a runtime makes its
       high-water mark ``pipe_messages`` messages (MDP-D-27), at least ``PIPE_MIN_MESSAGES``
       (MDP-D-32).
@@ -183,10 +193,12 @@ class BrokerConfig:
             raise ValueError(f"max_redispatches must be >= 0, got {self.max_redispatches}")
         if self.max_message_bytes < 1:
             raise ValueError(f"max_message_bytes must be >= 1, got {self.max_message_bytes}")
-        if self.max_held_bytes < self.max_message_bytes:
+        if self.max_held_bytes < self.max_message_bytes + REQUEST_OVERHEAD:
             raise ValueError(
                 f"max_held_bytes ({self.max_held_bytes}) must be >= max_message_bytes "
-                f"({self.max_message_bytes}): else no request of the largest size fits"
+                f"({self.max_message_bytes}) + REQUEST_OVERHEAD ({REQUEST_OVERHEAD}), that is "
+                f"{self.max_message_bytes + REQUEST_OVERHEAD}: else no request of the largest "
+                f"size fits"
             )
         least = PIPE_MIN_MESSAGES * self.max_message_bytes
         if self.max_peer_bytes < least:
@@ -843,7 +855,8 @@ class Broker:
         )
 
     def held_bytes(self) -> int:
-        """The body bytes of the outstanding requests, counted against ``max_held_bytes``."""
+        """The bytes the outstanding requests count against ``max_held_bytes``: their bodies
+        plus ``REQUEST_OVERHEAD`` each (MDP-D-26)."""
         return self._held_bytes
 
     def workers(self) -> dict[bytes, WorkerView]:
@@ -1102,7 +1115,7 @@ class Broker:
             return  # dispatched, done, or re-queued since (with a timer of its own)
         self._dispatcher.unqueue(request)
         del self._clients[request.client]
-        self._held_bytes -= request.size
+        self._held_bytes -= request.held
         events.append(
             RequestExpired(
                 request.request_id, request.client, request.service, now - request.queued_at, now
@@ -1351,7 +1364,7 @@ class Broker:
             self._end_request(request, "final-too-large", worker.peer, now, events)
         else:
             del self._clients[request.client]
-            self._held_bytes -= request.size
+            self._held_bytes -= request.held
             self._send_client(request.client, _FINAL, request.service, body)
             # Completed once the runtime has sent it (flushed), dropped if it could not.
             completed = RequestCompleted(
@@ -1414,9 +1427,8 @@ class Broker:
             events.append(RequestRefused(peer, service, "draining", size, held, "MDP-D-34", now))
             return
         request = RequestRecord(self._last_request_id + 1, peer, service, body, now)
-        size = request.size
-        held = self._held_bytes + size
-        if size > self._max_message or held > self._max_held:
+        held = self._held_bytes + request.held
+        if request.size > self._max_message or held > self._max_held:
             self._refuse(request, now, events)
             return
         self._last_request_id += 1
@@ -1580,7 +1592,7 @@ class Broker:
         if not request.abandoned:
             request.state = RequestState.DONE
         del self._clients[request.client]
-        self._held_bytes -= request.size
+        self._held_bytes -= request.held
         events.append(
             RequestDropped(
                 request.request_id,

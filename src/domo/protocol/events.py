@@ -129,7 +129,7 @@ DropReason: TypeAlias = Literal[
 
 RefusalReason: TypeAlias = Literal[
     "too-large",  # the body is over max_message_bytes (MDP-D-25)
-    "broker-full",  # accepting it would take the held request bodies over max_held_bytes (MDP-D-26)
+    "broker-full",  # accepting it would take the held requests over max_held_bytes (MDP-D-26)
     "client-congested",  # its client's pipe was full a moment ago: it is not reading (MDP-D-29)
     "draining",  # the broker is draining before it stops: it takes no new request (MDP-D-34)
     "client-limit",  # its client has max_client_requests outstanding already (FAM-07)
@@ -272,7 +272,7 @@ class RequestRefused:
     ``rule`` is ``MDP-D-25`` (``too-large``), ``MDP-D-26`` (``broker-full``), ``MDP-D-29``
     (``client-congested``) or ``FAM-07`` (``client-limit``: its client has as many outstanding
     as the broker allows one client); ``size`` is the body's bytes, ``held`` the request bytes
-    the broker held when it refused.
+    the broker held when it refused (bodies plus ``REQUEST_OVERHEAD`` each, MDP-D-26).
     """
 
     client: bytes
