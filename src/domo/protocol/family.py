@@ -209,8 +209,9 @@ class FamilyBroker:
     >>> broker = FamilyBroker(BrokerConfig(heartbeat_interval=1.0))
     >>> _ = broker.receive(b"W", [b"MDPW02", b"\\x01", b"echo"], now=0.0)
     >>> _ = broker.receive(b"C", [b"", b"MDPC01", b"echo", b"hi"], now=0.1)  # RFC 7's client
-    >>> [(connection, peer, frames[:2]) for connection, peer, frames in broker.take_outgoing()]
-    [(0, b'W', (b'MDPW02', b'\\x02'))]
+    >>> ((connection, peer, frames),) = broker.take_outgoing()
+    >>> connection, peer, frames[:2]
+    (0, b'W', (b'MDPW02', b'\\x02'))
     """
 
     def __init__(
