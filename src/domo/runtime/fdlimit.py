@@ -16,7 +16,9 @@ open files every few seconds and says it, on the broker's log and in its metrics
 warning when fewer than ``reserve`` descriptors are left, an error while the limit is reached,
 each with the limit and what to change (``refusal_reason``). It does not watch the sockets'
 monitors for the failed accepts: while the limit holds, libzmq reports one per retry, as fast
-as it can, which would flood the monitor's unbounded queue.
+as it can, which would flood the monitor's unbounded queue. The reserve is counted, not held:
+at the limit that retry loop takes any descriptor that comes free, so the broker's own (a
+metrics scrape's connection, a new trace file) fail too until peers leave.
 """
 
 from __future__ import annotations
