@@ -4,8 +4,9 @@ that plants one DCP mistake.
 ``python planted_dcp_broker.py FLAW INTERVAL LIVENESS`` serves domo's own broker
 (``domo.trio.serve_broker``) on a loopback port in a thread of this process, binds a ROUTER on
 another free port, prints that endpoint on stdout and relays every peer's messages to the broker
-(one DEALER per peer, with the peer's routing id) and back, until killed. The frames are read
-here by hand from the DCP text (``""``, ``DGBX\\x01``, a type frame of 1 or 4 bytes, parts).
+(one DEALER per peer, with the peer's routing id: ``_relay.py``) and back, until killed. The
+frames are read here by hand from the DCP text (``""``, ``DGBX\\x01``, a type frame of 1 or 4
+bytes, parts).
 FLAW is one of (the rule ``specs/dcp-v1.md`` gives it):
 
 - ``none``: the relay alters nothing (a control);
@@ -37,12 +38,15 @@ import queue
 import sys
 import threading
 from functools import partial
+from pathlib import Path
 
 import trio
-import zmq
 
 from domo.protocol import BrokerConfig
 from domo.trio import serve_broker
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from tests.fuzz._relay import relay
 
 HEADER = b"DGBX\x01"
 REGISTER, PING, PONG, REQUEST, REPLY, RECONNECT = 1, 2, 3, 4, 5, 6
@@ -164,35 +168,8 @@ def main() -> None:
     bound: queue.Queue[str] = queue.Queue()
     threading.Thread(target=serve, args=(config, bound), daemon=True).start()
     backend = bound.get(timeout=10)
-    relay = Relay(flaw)
-    context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
-    front = context.socket(zmq.ROUTER)
-    front.setsockopt(zmq.LINGER, 0)
-    front.bind("tcp://127.0.0.1:0")
-    print(front.getsockopt_string(zmq.LAST_ENDPOINT), flush=True)
-    poller = zmq.Poller()
-    poller.register(front, zmq.POLLIN)
-    peers: dict[zmq.Socket[bytes], bytes] = {}
-    dealers: dict[bytes, zmq.Socket[bytes]] = {}
-    while True:
-        for sock, _ in poller.poll():
-            if sock is front:
-                identity, *frames = front.recv_multipart()
-                dealer = dealers.get(identity)
-                if dealer is None:
-                    dealer = context.socket(zmq.DEALER)
-                    dealer.setsockopt(zmq.LINGER, 0)
-                    dealer.setsockopt(zmq.ROUTING_ID, identity)
-                    dealer.connect(backend)
-                    dealers[identity] = dealer
-                    peers[dealer] = identity
-                    poller.register(dealer, zmq.POLLIN)
-                if relay.inbound(identity, frames):
-                    dealer.send_multipart(frames)
-            else:
-                frames = sock.recv_multipart()
-                for identity, altered in relay.outbound(peers[sock], frames):
-                    front.send_multipart([identity, *altered])
+    planted = Relay(flaw)
+    relay(backend, planted.inbound, planted.outbound)
 
 
 if __name__ == "__main__":

@@ -4,8 +4,8 @@ alters one thing on the way to the peers.
 ``python planted_dialect_broker.py FLAW INTERVAL LIVENESS`` serves domo's own broker
 (``domo.trio.serve_broker``, every dialect) on a loopback port in a thread of this process, binds
 a ROUTER on another free port, prints that endpoint on stdout and relays every peer's messages to
-the broker (one DEALER per peer, with the peer's routing id) and back, until killed. FLAW is one
-of:
+the broker (one DEALER per peer, with the peer's routing id: ``_relay.py``) and back, until
+killed. FLAW is one of:
 
 - ``none``: the relay alters nothing (a control);
 - ``mdp01-heartbeat-no-delimiter``: the HEARTBEAT an MDP/0.1 worker gets lacks its leading empty
@@ -18,12 +18,15 @@ import queue
 import sys
 import threading
 from functools import partial
+from pathlib import Path
 
 import trio
-import zmq
 
 from domo.protocol import BrokerConfig
 from domo.trio import serve_broker
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from tests.fuzz._relay import relay
 
 MDP01_HEARTBEAT = [b"", b"MDPW01", b"\x04"]
 
@@ -51,32 +54,7 @@ def main() -> None:
     bound: queue.Queue[str] = queue.Queue()
     threading.Thread(target=serve, args=(config, bound), daemon=True).start()
     backend = bound.get(timeout=10)
-    context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
-    front = context.socket(zmq.ROUTER)
-    front.setsockopt(zmq.LINGER, 0)
-    front.bind("tcp://127.0.0.1:0")
-    print(front.getsockopt_string(zmq.LAST_ENDPOINT), flush=True)
-    poller = zmq.Poller()
-    poller.register(front, zmq.POLLIN)
-    peers: dict[zmq.Socket[bytes], bytes] = {}
-    dealers: dict[bytes, zmq.Socket[bytes]] = {}
-    while True:
-        for sock, _ in poller.poll():
-            if sock is front:
-                identity, *frames = front.recv_multipart()
-                dealer = dealers.get(identity)
-                if dealer is None:
-                    dealer = context.socket(zmq.DEALER)
-                    dealer.setsockopt(zmq.LINGER, 0)
-                    dealer.setsockopt(zmq.ROUTING_ID, identity)
-                    dealer.connect(backend)
-                    dealers[identity] = dealer
-                    peers[dealer] = identity
-                    poller.register(dealer, zmq.POLLIN)
-                dealer.send_multipart(frames)
-            else:
-                frames = sock.recv_multipart()
-                front.send_multipart([peers[sock], *alter(flaw, frames)])
+    relay(backend, lambda _peer, _frames: True, lambda peer, frames: [(peer, alter(flaw, frames))])
 
 
 if __name__ == "__main__":

@@ -107,8 +107,11 @@ DIRECT: dict[str, tuple[str, list[Step]]] = {
     "ready-again-ignored": ("MDP-W-10", [S("ready"), S("unexpected", 0, 0), S("wait", 0, 8)]),
     "heartbeat-first-ignored": ("MDP-H-01", [S("unexpected", 0, 3), S("wait", 0, 8)]),
 }
-# The plants that need a PARTIAL from a worker: not in MDP/0.1, whose workers have none.
+# The plants that are no flaw in MDP/0.1, so not in its set: those that need a PARTIAL from a
+# worker (MDP/0.1's workers have none), and a second REQUEST on one socket served as well, which
+# MDP/0.1 asks for (MDP01-09: a DEALER client may have several outstanding).
 PARTIAL_PLANTS = ("drop-partial", "partial-as-final", "redispatch-after-partial")
+NOT_MDP01_PLANTS = (*PARTIAL_PLANTS, "second-request-queued")
 # Plants of a dialect's framing (planted_broker.py DIALECT): flaw -> (dialect, rule, steps).
 DIALECT_DIRECT: dict[str, tuple[str, str, list[Step]]] = {
     "mdp01-heartbeat-no-delimiter": ("mdp01", "MDP01-02", [S("ready"), S("wait", 0, 4)]),
@@ -132,7 +135,7 @@ DIALECT_DIRECT: dict[str, tuple[str, str, list[Step]]] = {
 
 def plants(dialect: str) -> dict[str, tuple[str, list[Step]]]:
     """The planted set of ``dialect``: flaw -> (rule, steps that show it)."""
-    found = {f: v for f, v in DIRECT.items() if dialect != "mdp01" or f not in PARTIAL_PLANTS}
+    found = {f: v for f, v in DIRECT.items() if dialect != "mdp01" or f not in NOT_MDP01_PLANTS}
     found.update({f: (r, steps) for f, (d, r, steps) in DIALECT_DIRECT.items() if d == dialect})
     return found
 
