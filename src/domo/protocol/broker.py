@@ -854,6 +854,13 @@ class Broker:
             client == peer for _, client, _ in self._cargo
         )
 
+    def retains(self, peer: bytes) -> bool:
+        """Whether ``peer`` is a registered worker or ``holds`` something here: what a
+        dialect broker must keep its route for."""
+        if peer in self._workers or peer in self._clients:
+            return True
+        return bool(self._finals or self._cargo) and self.holds(peer)
+
     def held_bytes(self) -> int:
         """The bytes the outstanding requests count against ``max_held_bytes``: their bodies
         plus ``REQUEST_OVERHEAD`` each (MDP-D-26)."""

@@ -56,6 +56,11 @@ class Registry:
             raise ValueError("a dialect is registered twice")
         self._undelimited = tuple(codec for codec in self.codecs if not codec.delimited)
         self._delimited = tuple(codec for codec in self.codecs if codec.delimited)
+        # What the delimited codecs claim for a short (header, command) pair of bytes:
+        # ``claims`` is a pure function of the two, so its answer is remembered (one table
+        # without an envelope, one behind one), up to ``_CLAIMS_KEPT`` pairs, cleared when full.
+        self._claimed: tuple[dict[tuple[bytes, bytes], tuple[DialectCodec, Role] | None], ...]
+        self._claimed = ({}, {})
 
     def detect(self, frames: Sequence[BodyFrame]) -> tuple[DialectCodec, int] | None:
         """The codec of ``frames`` and the length of its envelope, or None (not a family
@@ -80,16 +85,43 @@ class Registry:
             at = 0
         if len(frames) < at + 2:
             return None
-        header, command = frames[at + 1], _command(frames, at + 2)
+        header = frames[at + 1]
+        command = frames[at + 2] if len(frames) > at + 2 else b""
+        if (
+            header.__class__ is bytes
+            and command.__class__ is bytes
+            and len(header) + len(command) <= _CLAIM_BYTES
+        ):
+            claimed = self._claimed[at > 0]
+            pair = (header, command)
+            if pair in claimed:
+                known = claimed[pair]
+            else:
+                known = self._claim(header, command, at)
+                if len(claimed) >= _CLAIMS_KEPT:
+                    claimed.clear()
+                claimed[pair] = known
+        else:  # a view (a large frame): asked afresh
+            known = self._claim(header, command, at)
+        return None if known is None else (known[0], at, known[1])
+
+    def _claim(
+        self, header: BodyFrame, command: BodyFrame, at: int
+    ) -> tuple[DialectCodec, Role] | None:
+        """The first delimited codec that claims ``header``, ``command`` behind ``at`` hops,
+        and the role it claims them for."""
         for codec in self._delimited:
             role = codec.claims(header, command)
             if role is None:
                 continue
             if at and (role is Role.WORKER or not codec.capabilities.client_hops):
                 continue  # MDP01-02, MAJ-01: workers are never behind hops
-            return codec, at, role
+            return codec, role
         return None
 
+
+_CLAIMS_KEPT = 1024  # (header, command) pairs whose claim ``Registry.find`` remembers
+_CLAIM_BYTES = 512  # ... if they are this short together (a command frame may be a service)
 
 # Majortomo's client (``MDPC02``, 0x02, no hops) is claimed before an RFC 18 client behind REQ
 # (``MDPC02``, anything).
