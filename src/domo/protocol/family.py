@@ -121,7 +121,10 @@ def peer_key(
     request's key, each length-prefixed, so that distinct peers never share a key."""
     parts = [routing_id, *envelope, str(dialect.value).encode()]
     prefix = _KEY_PREFIX + connection.to_bytes(4, "big")
-    key = prefix + b"".join(len(p).to_bytes(4, "big") + bytes(p) for p in parts)
+    framed = [prefix]
+    for part in parts:
+        framed += (len(part).to_bytes(4, "big"), part)
+    key = b"".join(framed)
     if request_key is not None:  # one client's requests are clients of their own to the core
         key = request_key_of(key, request_key)
     return key

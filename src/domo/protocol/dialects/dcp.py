@@ -125,6 +125,8 @@ def _split_addressed(parts: Sequence[BodyFrame]) -> _Addressed | str:
     address: bytes | None = None
     if not parts:
         return "no client-address delimiter"
+    if len(parts) > 1 and not len(parts[0]) and not len(parts[1]):
+        return _Addressed(None, (), tuple(parts[2:]))  # no address, no metadata: the loop's
     if len(parts[0]):
         first = parts[0]
         if not isinstance(first, bytes):

@@ -94,9 +94,8 @@ class Registry:
         ):
             claimed = self._claimed[at > 0]
             pair = (header, command)
-            if pair in claimed:
-                known = claimed[pair]
-            else:
+            known = claimed.get(pair, _UNASKED)
+            if known is _UNASKED:
                 known = self._claim(header, command, at)
                 if len(claimed) >= _CLAIMS_KEPT:
                     claimed.clear()
@@ -121,6 +120,7 @@ class Registry:
 
 
 _CLAIMS_KEPT = 1024  # (header, command) pairs whose claim ``Registry.find`` remembers
+_UNASKED = (MDP02, Role.WORKER)  # a placeholder, never remembered
 _CLAIM_BYTES = 512  # ... if they are this short together (a command frame may be a service)
 
 # Majortomo's client (``MDPC02``, 0x02, no hops) is claimed before an RFC 18 client behind REQ
