@@ -694,14 +694,13 @@ class FamilyBroker:
                 self._withheld.append(index)
         return out
 
-    def _note(self, events: Sequence[BrokerEvent], follow: bool = True) -> None:
+    def _note(self, events: list[BrokerEvent], follow: bool = True) -> None:
         """Remember the keys whose request or worker just ended: maybe the core forgot them.
         Layers see what the core did first (``follow``), and add what that makes it do."""
         routes = self._routes
         if not routes:
             return
         if follow and self._layers:
-            assert isinstance(events, list)  # a layer appends what it makes the core do
             for layer in self._layers.values():
                 layer.follow(events)
         maybe_done = self._maybe_done

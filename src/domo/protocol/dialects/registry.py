@@ -56,11 +56,10 @@ class Registry:
             raise ValueError("a dialect is registered twice")
         self._undelimited = tuple(codec for codec in self.codecs if not codec.delimited)
         self._delimited = tuple(codec for codec in self.codecs if codec.delimited)
-        # What the delimited codecs claim for a short (header, command) pair of bytes:
-        # ``claims`` is a pure function of the two, so its answer is remembered (one table
-        # without an envelope, one behind one), up to ``_CLAIMS_KEPT`` pairs, cleared when full.
-        self._claimed: tuple[dict[tuple[bytes, bytes], tuple[DialectCodec, Role] | None], ...]
-        self._claimed = ({}, {})
+        # What ``find`` found for (hops, header, command), header and command short bytes:
+        # ``claims`` is a pure function of the two, so its answer is remembered, up to
+        # ``_CLAIMS_KEPT`` of them, all forgotten when full.
+        self._found: dict[tuple[int, bytes, bytes], tuple[DialectCodec, int, Role] | None] = {}
 
     def detect(self, frames: Sequence[BodyFrame]) -> tuple[DialectCodec, int] | None:
         """The codec of ``frames`` and the length of its envelope, or None (not a family
@@ -83,44 +82,43 @@ class Registry:
                 return None
         else:
             at = 0
-        if len(frames) < at + 2:
+        count = len(frames)
+        if count < at + 2:
             return None
         header = frames[at + 1]
-        command = frames[at + 2] if len(frames) > at + 2 else b""
+        command = frames[at + 2] if count > at + 2 else b""
         if (
             header.__class__ is bytes
             and command.__class__ is bytes
             and len(header) + len(command) <= _CLAIM_BYTES
         ):
-            claimed = self._claimed[at > 0]
-            pair = (header, command)
-            known = claimed.get(pair, _UNASKED)
-            if known is _UNASKED:
-                known = self._claim(header, command, at)
-                if len(claimed) >= _CLAIMS_KEPT:
-                    claimed.clear()
-                claimed[pair] = known
-        else:  # a view (a large frame): asked afresh
-            known = self._claim(header, command, at)
-        return None if known is None else (known[0], at, known[1])
+            asked = (at, header, command)
+            found = self._found.get(asked, _UNASKED)
+            if found is _UNASKED:
+                found = self._claim(header, command, at)
+                if len(self._found) >= _CLAIMS_KEPT:
+                    self._found.clear()
+                self._found[asked] = found
+            return found
+        return self._claim(header, command, at)  # a view (a large frame): asked afresh
 
     def _claim(
         self, header: BodyFrame, command: BodyFrame, at: int
-    ) -> tuple[DialectCodec, Role] | None:
+    ) -> tuple[DialectCodec, int, Role] | None:
         """The first delimited codec that claims ``header``, ``command`` behind ``at`` hops,
-        and the role it claims them for."""
+        the hops, and the role it claims them for."""
         for codec in self._delimited:
             role = codec.claims(header, command)
             if role is None:
                 continue
             if at and (role is Role.WORKER or not codec.capabilities.client_hops):
                 continue  # MDP01-02, MAJ-01: workers are never behind hops
-            return codec, role
+            return codec, at, role
         return None
 
 
-_CLAIMS_KEPT = 1024  # (header, command) pairs whose claim ``Registry.find`` remembers
-_UNASKED = (MDP02, Role.WORKER)  # a placeholder, never remembered
+_CLAIMS_KEPT = 1024  # (hops, header, command) whose codec ``Registry.find`` remembers
+_UNASKED = (MDP02, 0, Role.WORKER)  # a placeholder, never remembered
 _CLAIM_BYTES = 512  # ... if they are this short together (a command frame may be a service)
 
 # Majortomo's client (``MDPC02``, 0x02, no hops) is claimed before an RFC 18 client behind REQ
