@@ -584,6 +584,7 @@ class Broker:
         self._traits: dict[bytes, PeerTraits] = {}  # peers whose traits are not MDP/0.2's
         self._neutral: dict[bytes, None] = {}  # peers sent neutral commands (FAM-10)
         self._tables: dict[PeerTraits, Mapping[tuple[PeerState, WorkerInput], Transition]] = {}
+        self._traits_set_last: PeerTraits | None = None  # what set_traits last gave a peer
         # The body bytes of the requests in ``_clients`` (MDP-D-26): added on acceptance,
         # taken off wherever a request leaves ``_clients``.
         self._held_bytes = 0
@@ -787,7 +788,9 @@ class Broker:
 
         Set before the peer's first message, and kept while the broker holds anything of it.
         """
-        if traits is None or traits == _MDP02_TRAITS:
+        # The record given last (a dialect's, to its every new key) is known not MDP/0.2's.
+        last = self._traits_set_last
+        if traits is None or (traits is not last and traits == _MDP02_TRAITS):
             self._traits.pop(peer, None)
             self._neutral.pop(peer, None)
         else:
@@ -796,8 +799,10 @@ class Broker:
                 self._neutral[peer] = None
             else:
                 self._neutral.pop(peer, None)
-            if traits not in self._tables:
-                self._tables[traits] = worker_transitions_for(traits)
+            if traits is not last:
+                if traits not in self._tables:
+                    self._tables[traits] = worker_transitions_for(traits)
+                self._traits_set_last = traits  # frozen: its table stays the one made
 
     def stop_taking_requests(self) -> None:
         """Refuse every new request from now on (``RequestRefused``, ``draining``, MDP-D-34);
@@ -853,6 +858,13 @@ class Broker:
         return any(f.client == peer for f in self._finals) or any(
             client == peer for _, client, _ in self._cargo
         )
+
+    def retains(self, peer: bytes) -> bool:
+        """Whether ``peer`` is a registered worker or ``holds`` something here: what a
+        dialect broker must keep its route for."""
+        if peer in self._workers or peer in self._clients:
+            return True
+        return bool(self._finals or self._cargo) and self.holds(peer)
 
     def held_bytes(self) -> int:
         """The bytes the outstanding requests count against ``max_held_bytes``: their bodies

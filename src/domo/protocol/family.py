@@ -95,8 +95,17 @@ _CLIENT, _PARTIAL = Role.CLIENT, Command.PARTIAL
 # asks again and again, under the same key; beyond this many, the oldest is forgotten.
 IDLE_KEYS = 4096
 _KEY_CACHE = 8192  # (connection, routing id, envelope, dialect) -> key, cleared when full
-_ENDED = (RequestCompleted, RequestExpired, RequestDropped, MmiReplied)  # events naming a client
-_GONE = (WorkerExpired, WorkerDisconnected)
+# What ``_note`` looks for: events that end a client's request, or a worker, or register one.
+_ENDED, _GONE, _REGISTERS = 1, 2, 3
+_NOTED: dict[type[BrokerEvent], int] = {
+    RequestCompleted: _ENDED,
+    RequestExpired: _ENDED,
+    RequestDropped: _ENDED,
+    MmiReplied: _ENDED,
+    WorkerExpired: _GONE,
+    WorkerDisconnected: _GONE,
+    WorkerRegistered: _REGISTERS,
+}
 _MDP02_NAME = str(Dialect.MDP02.value)
 
 
@@ -112,7 +121,10 @@ def peer_key(
     request's key, each length-prefixed, so that distinct peers never share a key."""
     parts = [routing_id, *envelope, str(dialect.value).encode()]
     prefix = _KEY_PREFIX + connection.to_bytes(4, "big")
-    key = prefix + b"".join(len(p).to_bytes(4, "big") + bytes(p) for p in parts)
+    framed = [prefix]
+    for part in parts:
+        framed += (len(part).to_bytes(4, "big"), part)
+    key = b"".join(framed)
     if request_key is not None:  # one client's requests are clients of their own to the core
         key = request_key_of(key, request_key)
     return key
@@ -268,7 +280,7 @@ class FamilyBroker:
             if frames and frames[0] in _MDP02_HEADERS:
                 events = self.core.receive(peer, frames, now)
                 # A worker's FINAL may end a dialect client's request; idle routes hold none.
-                if len(self._routes) > len(self._idle):
+                if events and len(self._routes) > len(self._idle):
                     self._note(events)
                 return events
             found = self.registry.find(frames)
@@ -289,7 +301,9 @@ class FamilyBroker:
                 events = self.core.tick(now)
                 events.append(ProtocolViolation(peer, wrong[0], wrong[1], "dropped", now))
                 return events
-        own = self._key_of(peer, envelope, codec.dialect, connection)
+        own = self._key_cache.get((connection, peer, envelope, codec.dialect))
+        if own is None:
+            own = self._key_of(peer, envelope, codec.dialect, connection)
         request_key = None
         client = None
         key = own
@@ -301,7 +315,7 @@ class FamilyBroker:
                     serial = self._serials.get(own, 0) + 1
                     self._serials[own] = serial
                     request_key = b"#%d" % serial
-                key = request_key_of(own, request_key)
+                key = own + len(request_key).to_bytes(4, "big") + request_key  # request_key_of
                 if role is _CLIENT:  # a client's request counts against it; a worker's not
                     client = own
         route = self._routes.get(key)
@@ -315,18 +329,26 @@ class FamilyBroker:
             else:
                 del self._idle[key]
             if client is not None:  # FAM-05, FAM-07: counted against its client
-                refused = self._count(route, key, client, now, message)
-                if refused is not None:  # nothing more is kept of it
-                    if parked:
-                        self._idle[key] = None
-                    return refused
+                if client not in self._requests_of:  # its first: within every bound
+                    self._requests_of[client] = {key: None}
+                    route.client = client
+                else:
+                    refused = self._count(route, key, client, now, message)
+                    if refused is not None:  # nothing more is kept of it
+                        if parked:
+                            self._idle[key] = None
+                        return refused
             if not parked:
                 self._routes[key] = route
                 self._keys_of.setdefault((connection, peer), {})[key] = None
                 self.core.set_traits(key, self._traits_of(codec))
             self._maybe_done[key] = None  # a first message that was refused leaves nothing
         if codec.answer is None or role is _CLIENT:  # an answer is to a worker's message
-            events = self._to_core(key, codec, message, now)
+            decoded = codec.decode(message)  # FAM-10, as ``_to_core``
+            if type(decoded) is Invalid:
+                events = self.core.invalid(key, decoded.rule, decoded.reason, now)
+            else:
+                events = self.core.command(key, decoded, now)  # type: ignore[arg-type]
         else:
             before = self.core.worker_state(key)
             events = self._to_core(key, codec, message, now)
@@ -369,6 +391,15 @@ class FamilyBroker:
         # MDP/0.2 peers alone (idle routes hold nothing): the frames as the core wrote them.
         if len(self._routes) > len(self._idle) or self._answers or self._sent_by_layers:
             self._core_taken = len(outbox)
+            if (  # one message, in MDP/0.2's frames, and nothing of the family's to add
+                len(outbox) == 1
+                and outbox[0][0] not in self._routes
+                and not self._refusals
+                and not self._answers
+                and not self._sent_by_layers
+            ):
+                peer, frames = outbox[0]
+                return [(0, peer, frames)]  # type: ignore[list-item]
             out = self._translate(outbox)
             if self._answers or self._sent_by_layers:  # they lead: DCP's answers, the layers'
                 own = self._answers + self._sent_by_layers
@@ -389,8 +420,12 @@ class FamilyBroker:
     def flushed(self) -> list[RequestCompleted]:
         """As ``Broker.flushed``: the FINALs the runtime sent are completed (MDP-D-24)."""
         events = self.core.flushed()
-        if len(self._routes) > len(self._idle):
-            self._note(events, follow=False)  # completions: nothing for a layer to do
+        if events and len(self._routes) > len(self._idle):
+            # Completions (nothing for a layer to do): their clients may be done with.
+            routes, maybe_done = self._routes, self._maybe_done
+            for event in events:
+                if event.client in routes:
+                    maybe_done[event.client] = None
         # Only after the flush: a send that failed was reported to the keys behind its routing id.
         if self._maybe_done:
             self._forget_idle_keys()
@@ -659,46 +694,50 @@ class FamilyBroker:
                 self._withheld.append(index)
         return out
 
-    def _note(self, events: Sequence[BrokerEvent], follow: bool = True) -> None:
+    def _note(self, events: list[BrokerEvent], follow: bool = True) -> None:
         """Remember the keys whose request or worker just ended: maybe the core forgot them.
         Layers see what the core did first (``follow``), and add what that makes it do."""
         routes = self._routes
         if not routes:
             return
         if follow and self._layers:
-            assert isinstance(events, list)  # a layer appends what it makes the core do
             for layer in self._layers.values():
                 layer.follow(events)
         maybe_done = self._maybe_done
         for event in events:
-            kind = type(event)
-            if kind in _ENDED:
+            kind = _NOTED.get(type(event))
+            if kind is None:
+                continue
+            if kind == _ENDED:
                 peer = event.client  # type: ignore[union-attr]
-            elif kind in _GONE:
+            elif kind == _GONE:
                 peer = event.worker  # type: ignore[union-attr]
-            elif kind is WorkerRegistered:
+            else:  # WorkerRegistered
                 assert isinstance(event, WorkerRegistered)
                 route = routes.get(event.worker)
                 if route is not None:
                     route.service = event.service  # a dialect may name it in each request
                 continue
-            else:
-                continue
             if peer in routes:
                 maybe_done[peer] = None
 
     def _forget_idle_keys(self) -> None:
-        core, routes, idle = self.core, self._routes, self._idle
+        core, routes, idle, requests_of = self.core, self._routes, self._idle, self._requests_of
         for key in self._maybe_done:
             # A silenced key is parked too: the core sends nothing to it, and if it speaks
             # again its address and envelope give it the same key.
-            if key in idle or core.holds(key) or core.worker_state(key) in _REGISTERED:
+            if key in idle or core.retains(key):
                 continue
             route = routes.get(key)
             if route is None:
                 continue
-            if route.client is not None:  # FAM-05, FAM-07: no longer counted against it
-                self._uncount(route.client, key)
+            client = route.client
+            if client is not None:  # FAM-05, FAM-07: no longer counted against it
+                held = requests_of[client]
+                del held[key]
+                if not held:  # as ``_uncount``
+                    del requests_of[client]
+                    self._serials.pop(client, None)  # FAM-08: numbered afresh
                 route.client = None
             idle[key] = None  # REQREP-06: kept for the peer's next request, bounded
             if len(idle) > IDLE_KEYS:

@@ -67,6 +67,9 @@ class Dialect(Enum):
     DCP = "dcp"
     EMQP = "emqp"
 
+    # Members are singletons: hash by identity, in C (they key per-message tables).
+    __hash__ = object.__hash__
+
 
 @dataclass(frozen=True, slots=True)
 class Translation:

@@ -84,10 +84,18 @@ def type_frame(kind: int, width: int) -> bytes:
 
 def _read_type(frame: BodyFrame) -> tuple[int, int] | None:
     """(type, width) of a type frame, or None if it is neither width or names no DCP type."""
+    if frame.__class__ is bytes:
+        return _TYPES.get(frame)
     if len(frame) not in (NARROW, WIDE):
         return None
     kind = int.from_bytes(frame, "little")
     return (kind, len(frame)) if kind in _TYPE_NAMES else None
+
+
+# Every type frame there is, as ``_read_type`` reads it: (type, width).
+_TYPES = {
+    type_frame(kind, width): (kind, width) for kind in _TYPE_NAMES for width in (NARROW, WIDE)
+}
 
 
 def _valid_name(name: BodyFrame) -> bool:
@@ -117,6 +125,8 @@ def _split_addressed(parts: Sequence[BodyFrame]) -> _Addressed | str:
     address: bytes | None = None
     if not parts:
         return "no client-address delimiter"
+    if len(parts) > 1 and not len(parts[0]) and not len(parts[1]):
+        return _Addressed(None, (), tuple(parts[2:]))  # no address, no metadata: the loop's
     if len(parts[0]):
         first = parts[0]
         if not isinstance(first, bytes):
@@ -192,18 +202,17 @@ def _claims(header: BodyFrame, command: BodyFrame) -> Role | None:
     return Role.WORKER
 
 
-def _request_key(message: Sequence[BodyFrame]) -> tuple[bytes, list[BodyFrame]] | None:
+def _request_key(message: Sequence[BodyFrame]) -> tuple[bytes, Sequence[BodyFrame]] | None:
     """The key of a request (DCP-10), or of a worker: its type width (DCP-03)."""
     typed = _read_type(message[1]) if len(message) > 1 else None
     width = NARROW if typed is None else typed[1]
     if typed is None or typed[0] != REQUEST:
-        return _WORKER_KEY + bytes([width]), list(message)
-    digest = blake2b(digest_size=16)
+        return _WORKER_KEY + bytes([width]), message
+    hashed: list[BodyFrame] = []  # each part length-prefixed, then the service
     for part in _reply_context(message):
-        digest.update(len(part).to_bytes(4, "big"))
-        digest.update(part)
-    digest.update(bytes(message[2]))  # the service: one request per service and metadata
-    return _CLIENT_KEY + digest.digest(), list(message)
+        hashed += (len(part).to_bytes(4, "big"), part)
+    hashed.append(message[2])  # the service: one request per service and metadata
+    return _CLIENT_KEY + blake2b(b"".join(hashed), digest_size=16).digest(), message
 
 
 def _reply_context(message: Sequence[BodyFrame]) -> tuple[bytes, ...]:

@@ -39,6 +39,7 @@ _FROM_WORKER = {
 }
 _TO_WORKER = {Command.REQUEST: b"\x02", Command.HEARTBEAT: b"\x04", Command.LEAVE: b"\x05"}
 _REQUEST_TO_WORKER = (b"", MDPW01, b"\x02")
+_REQUEST = Command.REQUEST
 
 
 def _claims(header: BodyFrame, command: BodyFrame) -> Role | None:
@@ -52,6 +53,9 @@ def _claims(header: BodyFrame, command: BodyFrame) -> Role | None:
 def _decode(message: Sequence[BodyFrame]) -> CoreCommand | Invalid:
     if message[0] == MDPC01:
         # MDP01-03: [MDPC01, service, body...] is a REQUEST; the service is its frame 1.
+        if len(message) > 2 and message[1].__class__ is bytes:  # as decode_client, inline
+            # A CoreCommand made as its own ``__new__`` makes it, without that call.
+            return tuple.__new__(CoreCommand, (_C, _REQUEST, message[1], b"", tuple(message[2:])))
         return decode_client(message, Command.REQUEST, 1)
     code = message[1] if len(message) > 1 else b""
     return decode_worker(message, command_of(_FROM_WORKER, code))  # MDP01-02, MDP01-06

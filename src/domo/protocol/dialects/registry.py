@@ -56,6 +56,10 @@ class Registry:
             raise ValueError("a dialect is registered twice")
         self._undelimited = tuple(codec for codec in self.codecs if not codec.delimited)
         self._delimited = tuple(codec for codec in self.codecs if codec.delimited)
+        # What ``find`` found for (hops, header, command), header and command short bytes:
+        # ``claims`` is a pure function of the two, so its answer is remembered, up to
+        # ``_CLAIMS_KEPT`` of them, all forgotten when full.
+        self._found: dict[tuple[int, bytes, bytes], tuple[DialectCodec, int, Role] | None] = {}
 
     def detect(self, frames: Sequence[BodyFrame]) -> tuple[DialectCodec, int] | None:
         """The codec of ``frames`` and the length of its envelope, or None (not a family
@@ -78,9 +82,31 @@ class Registry:
                 return None
         else:
             at = 0
-        if len(frames) < at + 2:
+        count = len(frames)
+        if count < at + 2:
             return None
-        header, command = frames[at + 1], _command(frames, at + 2)
+        header = frames[at + 1]
+        command = frames[at + 2] if count > at + 2 else b""
+        if (
+            header.__class__ is bytes
+            and command.__class__ is bytes
+            and len(header) + len(command) <= _CLAIM_BYTES
+        ):
+            asked = (at, header, command)
+            found = self._found.get(asked, _UNASKED)
+            if found is _UNASKED:
+                found = self._claim(header, command, at)
+                if len(self._found) >= _CLAIMS_KEPT:
+                    self._found.clear()
+                self._found[asked] = found
+            return found
+        return self._claim(header, command, at)  # a view (a large frame): asked afresh
+
+    def _claim(
+        self, header: BodyFrame, command: BodyFrame, at: int
+    ) -> tuple[DialectCodec, int, Role] | None:
+        """The first delimited codec that claims ``header``, ``command`` behind ``at`` hops,
+        the hops, and the role it claims them for."""
         for codec in self._delimited:
             role = codec.claims(header, command)
             if role is None:
@@ -90,6 +116,10 @@ class Registry:
             return codec, at, role
         return None
 
+
+_CLAIMS_KEPT = 1024  # (hops, header, command) whose codec ``Registry.find`` remembers
+_UNASKED = (MDP02, 0, Role.WORKER)  # a placeholder, never remembered
+_CLAIM_BYTES = 512  # ... if they are this short together (a command frame may be a service)
 
 # Majortomo's client (``MDPC02``, 0x02, no hops) is claimed before an RFC 18 client behind REQ
 # (``MDPC02``, anything).

@@ -204,7 +204,7 @@ class EmqpLayer:
     def follow(self, events: list[BrokerEvent], start: int = 0) -> None:
         """React to what the core did (appending what that makes it do): a slot handed a
         request, a slot or a request gone."""
-        if not self._seats and not self._asked:
+        if not self._asked and not self._seats.by_key:
             return  # no eMQP peer: nothing to follow
         at = start
         while at < len(events):

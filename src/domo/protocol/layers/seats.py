@@ -17,7 +17,7 @@ clock, its layer's (EMQP-15). Sans-IO, deterministic, like the core.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 
 from ..broker import PeerState, PeerTraits
@@ -53,6 +53,8 @@ class Seats:
         self._codec = codec
         self._traits = traits
         self._seats: dict[bytes, Seat] = {}  # core key -> its seat
+        # The same table, to read: whether any seat is held, without a call (``follow``).
+        self.by_key: Mapping[bytes, Seat] = self._seats
         self._groups: dict[Hashable, dict[int, list[bytes]]] = {}  # owner -> group -> its keys
         self._busy: dict[Hashable, set[int]] = {}  # owner -> its groups handed a request
         self._next: dict[Hashable, int] = {}  # owner -> its next group's number
