@@ -97,6 +97,7 @@ class _Client(threading.Thread):
     def __init__(
         self, number: int, bodies: list[bytes], endpoint: str, config: TitanicChaosConfig,
         deadline: float, result: TitanicChaosResult, lock: threading.Lock,
+        killed_once: threading.Event,
     ) -> None:  # fmt: skip
         super().__init__(daemon=True, name=f"chaos-client-{number}")
         self.bodies = bodies
@@ -105,6 +106,7 @@ class _Client(threading.Thread):
         self.deadline = deadline
         self.result = result
         self.lock = lock
+        self.killed_once = killed_once  # set when the killer has killed every victim once
         self.done: dict[bytes, int] = {}
 
     def _retry(self, what: str, call: object) -> object:
@@ -121,14 +123,16 @@ class _Client(threading.Thread):
         try:
             with domo.sync.Client(self.endpoint, timeout=self.config.timeout, retries=1) as c:
                 titanic = TitanicClient(c)
-                for start in range(0, len(self.bodies), self.config.batch):
-                    self._batch(titanic, self.bodies[start : start + self.config.batch])
+                starts = range(0, len(self.bodies), self.config.batch)
+                for start in starts:
+                    last = start == starts[-1]
+                    self._batch(titanic, self.bodies[start : start + self.config.batch], last)
         except TimeoutError as error:
             with self.lock:
                 self.result.timed_out = True
                 self.result.problems.append(f"{self.name}: out of time in {error}")
 
-    def _batch(self, titanic: TitanicClient, bodies: list[bytes]) -> None:
+    def _batch(self, titanic: TitanicClient, bodies: list[bytes], last: bool) -> None:
         ids: dict[str, bytes] = {}
         for body in bodies:
             request_id = self._retry("submit", lambda body=body: titanic.submit(SERVICE, body))
@@ -136,6 +140,10 @@ class _Client(threading.Thread):
             ids[request_id] = body
             with self.lock:
                 self.result.submitted += 1
+        # A fast machine can finish every request before the killer has gone round once;
+        # the last batch stays stored, unfetched, until every victim has been killed.
+        if last and not self.killed_once.wait(max(0.0, self.deadline - time.monotonic())):
+            raise TimeoutError("the killer's first round")
         waiting = dict(ids)
         while waiting:
             if time.monotonic() > self.deadline:
@@ -207,10 +215,12 @@ def run_titanic_chaos(
                 ],
             )
         lock = threading.Lock()
+        killed_once = threading.Event()
         bodies = [b"request-%06d" % n for n in range(config.requests)]
+        share = [bodies[n :: config.clients] for n in range(config.clients)]
         clients = [
-            _Client(n, bodies[n :: config.clients], endpoint, config, deadline, result, lock)
-            for n in range(config.clients)
+            _Client(n, mine, endpoint, config, deadline, result, lock, killed_once)
+            for n, mine in enumerate(share)
         ]
         for client in clients:
             client.start()
@@ -219,6 +229,7 @@ def run_titanic_chaos(
         kills = 0
         while any(client.is_alive() for client in clients) and time.monotonic() < deadline:
             if config.max_kills and kills >= config.max_kills:
+                killed_once.set()  # the killer is done: nobody waits for more
                 time.sleep(0.05)
                 continue
             kills += 1
@@ -231,6 +242,8 @@ def run_titanic_chaos(
             processes.kill(victim, signal.SIGKILL)
             time.sleep(rng.uniform(0.05, 0.5))
             processes.restart(victim)
+            if not order:
+                killed_once.set()  # every victim killed once (and restarted)
         for client in clients:
             client.join(max(0.0, deadline - time.monotonic()) + 1)
             if client.is_alive():
