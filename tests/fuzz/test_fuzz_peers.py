@@ -174,3 +174,64 @@ def test_a_probe_abandoned_with_its_connection_is_sent_again() -> None:
         peer.join(timeout=15.0)
         run.close()
     assert requests_seen == [0, 1]
+
+
+def test_a_worker_leaving_after_a_long_gap_is_not_blamed_for_a_short_silence() -> None:
+    """A silence step shorter than liveness x interval can still leave the worker a longer gap:
+    it runs from the fuzzer's last message before the step, and a starved fuzzer sends late.
+    A worker that counts the gap when the next HEARTBEAT arrives, and then opens a new
+    connection, is within MDP-H-05: the fuzzer judges the longest gap it left, not the time
+    since that HEARTBEAT (the false "after only 0.00 s of broker silence" of the planted runs
+    on 2026-11-28)."""
+    run = WorkerRun("tcp://127.0.0.1:0", Timing(INTERVAL, LIVENESS))
+    patience = LIVENESS * INTERVAL
+    done = threading.Event()
+    connections: list[int] = []
+
+    def worker() -> None:
+        context: zmq.Context[zmq.Socket[bytes]] = zmq.Context.instance()
+        socket = None
+        try:
+            deadline = time.monotonic() + 10.0
+            while not done.is_set() and time.monotonic() < deadline:
+                socket = context.socket(zmq.DEALER)
+                socket.linger = 0
+                socket.connect(run.endpoint)
+                socket.send_multipart(mdp.worker_ready_frames(b"echo"))
+                connections.append(len(connections))
+                last_heard = last_sent = time.monotonic()
+                while not done.is_set() and time.monotonic() < deadline:
+                    if time.monotonic() - last_sent >= INTERVAL:
+                        socket.send_multipart(mdp.HEARTBEAT_FRAMES)
+                        last_sent = time.monotonic()
+                    if not socket.poll(10):
+                        continue
+                    socket.recv_multipart()
+                    now = time.monotonic()
+                    if now - last_heard > patience:  # the broker was silent too long
+                        break
+                    last_heard = now
+                socket.close()
+                socket = None
+        finally:
+            if socket is not None:
+                socket.close()
+
+    peer = threading.Thread(target=worker)
+    peer.start()
+    try:
+        conn = run.wait_for_worker(5.0, first=True)
+        assert conn is not None
+        run.to_worker(conn, mdp.HEARTBEAT_FRAMES)
+        time.sleep(patience + INTERVAL)  # the fuzzer starved: nothing sent, nothing read
+        silence = 0.05
+        assert silence <= patience - run.t.slack, "the step must count as a short silence"
+        run.violations = []
+        run.silence(conn, silence)
+        run.pump(time.monotonic() + patience)
+        assert connections == [0, 1], "the worker should have left after the long gap"
+        assert [v.rule for v in run.violations if v.rule == "MDP-H-05"] == [], run.violations
+    finally:
+        done.set()
+        peer.join(timeout=15.0)
+        run.close()

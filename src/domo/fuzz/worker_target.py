@@ -63,6 +63,7 @@ class _Connection:
     opened: float
     last_heard: float
     last_sent: float
+    longest_gap: float = 0.0  # between two of the fuzzer's messages on it, since a silence began
     ready: bool = False
     closed: bool = False  # a send found it gone (ROUTER_MANDATORY)
     said_disconnect: bool = False
@@ -137,7 +138,9 @@ class WorkerRun(BoundRun):
 
     def to_worker(self, conn: _Connection, frames: Sequence[bytes]) -> None:
         if self.send(conn.identity, frames):
-            conn.last_sent = time.monotonic()
+            now = time.monotonic()
+            conn.longest_gap = max(conn.longest_gap, now - conn.last_sent)
+            conn.last_sent = now
         else:
             conn.closed = True
 
@@ -277,6 +280,7 @@ class WorkerRun(BoundRun):
     def silence(self, conn: _Connection, seconds: float) -> None:
         start = time.monotonic()
         conn.quiet_until = start + seconds
+        conn.longest_gap = 0.0
         lost_after = self.t.liveness * self.t.interval
         if seconds >= self.t.dead_after:
             conn.lost_at = start + lost_after
@@ -436,9 +440,12 @@ class WorkerRun(BoundRun):
 
     def gave_up(self, conn: _Connection, now: float, how: str) -> None:
         """The worker left ``conn``: wrong only during a silence still short of liveness."""
-        # Judged by the fuzzer's last message on that connection, not by the step's plan: a
-        # fuzzer starved of CPU may have been silent longer than the step asked.
-        quiet = now - conn.last_sent
+        # Judged by the fuzzer's messages on that connection, not by the step's plan: a fuzzer
+        # starved of CPU may have been silent longer than the step asked, and the silence ran
+        # from its last message before the step, up to an interval earlier. The worker may have
+        # decided before the fuzzer's first message after the silence reached it, so the
+        # longest gap counts, not only the time since the last message.
+        quiet = max(now - conn.last_sent, conn.longest_gap)
         if (
             self.short_silence is not None
             and self.short_silence[0] <= now
