@@ -270,6 +270,8 @@ class _Scenario:
         ready = self.run.poller.poll(wait_ms)
         if not ready:
             self.run.meter.wake(planned + 0.001, self.now())
+        else:
+            self._forsake(self.now())
         while ready:
             for socket, _ in ready:
                 while True:
@@ -280,17 +282,23 @@ class _Scenario:
                     self._receive(socket, frames)
             ready = self.run.poller.poll(0)
 
-    def _beat(self, now: float) -> None:
+    def _forsake(self, now: float) -> None:
+        """Drop from the judging each worker this process was too slow to heartbeat in time (a
+        loaded machine): the broker may rightly have forgotten it and given its jobs to
+        another. Done before what arrived is read, so that such a job is not judged either."""
         for worker in self.workers:
             if worker.state not in ("informing", "ready"):
                 continue
-            if now - worker.last_sent > self.run.span * 0.8 and not worker.probe:
-                # This process was too slow to heartbeat in time (a loaded machine): the broker
-                # may rightly have forgotten the worker, so nothing about it is judged any more.
+            if now - worker.last_sent > self.run.span * 0.8:
                 worker.state, worker.lost_rule, worker.credits = "lost", "", 0
                 worker.lost_at = now
                 for request in worker.held:
                     request.status = "tainted"
+
+    def _beat(self, now: float) -> None:
+        self._forsake(now)
+        for worker in self.workers:
+            if worker.state not in ("informing", "ready"):
                 continue
             if now >= worker.next_beat:
                 self.send(worker, b"HEARTBEAT", b"%.3f" % time.time())
@@ -437,7 +445,10 @@ class _Scenario:
             if request.deliveries and request.kind == "job":
                 holder = request.holder
                 live = holder is not None and holder.state in ("ready", "informing")
-                if request.duplicate_sent and (live or not request.reply):
+                # A request its holder gave back (lost, or INFORMed again: EMQP-05, EMQP-14)
+                # waits again: its next dispatch is owed, not a duplicate's.
+                back = request.status == "waiting" and request.requeued > 0
+                if request.duplicate_sent and not back and (live or not request.reply):
                     problems.append(
                         ("EMQP-08", f"{where} got {what} again after its client resent the MSGID")
                     )
@@ -711,10 +722,9 @@ class _Scenario:
 
     def _requeue(self, worker: _Worker, at: float) -> None:
         for request in worker.held:
-            # EMQP-14: back to its queue (judged for its first re-dispatch only).
+            # EMQP-14: back to its queue (judged for its first re-dispatch only: once a free
+            # credit on its queue makes the dispatch owed, or it is dispatched again).
             if request.status == "held" and request.holder is worker:
-                if request.requeued == 0 and not worker.probe:
-                    self.judge("EMQP-14")
                 request.status = "waiting" if request.requeued == 0 else "tainted"
                 request.queued_at = at
                 request.requeued += 1
@@ -857,14 +867,77 @@ class _Steps:
         else:
             s.pump(self.run.window)
 
-    def leave(self, worker: _Worker, command: bytes | None = None) -> bytes:
+    def leave(
+        self, worker: _Worker, command: bytes | None = None, client: _Client | None = None
+    ) -> bytes:
+        """KBYE, KBAI or DISCONNECT from ``worker``; then, given a ``client`` and if it left
+        free credits, a job for one of its queues: it must not reach the worker (EMQP-16)."""
         s = self.s
         command = command or self.rng.choice((b"KBYE", b"KBYE", b"KBAI", b"DISCONNECT"))
+        free = worker.credits > 0 and not worker.probe
         s.send(worker, command)
         s._lose(worker, s.now(), "EMQP-16")
-        s.judge("EMQP-16")  # from now on no job may reach it
+        if free:
+            s.judge("EMQP-16")  # from now on none of its credits may take a job
         s.pump(self.run.window)
+        if free and client is not None:
+            self.request(client, self.rng.choice(worker.queues))
         return command
+
+    def handover(self, client: _Client) -> tuple[str, str] | None:
+        """EMQP-14's run of events: a worker holding jobs is lost (KBYE, KBAI or DISCONNECT,
+        silence past the liveness span, or a new INFORM) while another worker listens on their
+        queue; that one has a free credit before the loss or gets one after it. The held jobs
+        with ``reply-requested`` are owed to it; those without must not go out again
+        (EMQP-12)."""
+        s, rng = self.s, self.rng
+        queue = rng.choice(s.queues)
+        listening = [
+            w for w in s.workers if w.state == "ready" and not w.probe and queue in w.queues
+        ]
+        rng.shuffle(listening)
+        while len(listening) < 2:
+            worker = s.new_worker()
+            others = [q for q in s.queues if q != queue]
+            self.inform(worker, (queue, *rng.sample(others, rng.randint(0, 1))))
+            if worker.state != "ready":
+                return None
+            listening.append(worker)
+        first, second = listening[:2]
+        if first.credits == 0:
+            self.ready(first, 1)
+        jobs = [
+            self.request(client, queue, reply=i == 0 or rng.random() < 0.7)
+            for i in range(rng.randint(1, 2))
+        ]
+        holders = [r.holder for r in jobs if r.status == "held" and r.holder is not None]
+        holder = holders[0] if holders else None
+        if holder is None or holder.state != "ready":
+            return None  # not dispatched (judged as EMQP-10): nothing to hand over
+        spare = second if holder is first else first
+        late = rng.random() < 0.3  # the spare's credit after the loss: the jobs wait for it
+        if not late:
+            self._free_credit(spare)
+        how = rng.choice(("leave", "leave", "silent", "reinform"))
+        if how == "leave":
+            what = f"{self.leave(holder).decode()} from a worker holding a job"
+        elif how == "silent":
+            self.go_silent(holder)
+            what = "the silence of a worker holding a job"
+        else:
+            self.inform(holder)
+            what = "a second INFORM from a worker holding a job"
+        if late:
+            self._free_credit(spare)
+        return what, "EMQP-14"
+
+    def _free_credit(self, worker: _Worker) -> None:
+        """READY until ``worker`` has a free credit (a job waiting on its queue may take the
+        first), three at most."""
+        for _ in range(3):
+            if worker.state != "ready" or worker.credits > 0:
+                return
+            self.ready(worker, 1)
 
     def go_silent(self, worker: _Worker) -> None:
         """The worker sends nothing from now on (EMQP-14, EMQP-15)."""
@@ -909,19 +982,28 @@ class _Steps:
         s.pump(self.run.window)
 
     def duplicate(self, client: _Client) -> None:
-        """EMQP-08: a REQUEST with the MSGID of one still outstanding is dropped."""
+        """EMQP-08: a REQUEST with the MSGID of one still outstanding is dropped. Without one,
+        the client first sends a ``reply-requested`` job (waiting, or held until answered)."""
         s = self.s
+        now = s.now()
+        # Certainly outstanding at the broker: a reply-requested job until its result, one
+        # without reply-requested only while no credit may have taken it (it is done once
+        # handed to a worker, EMQP-12: its MSGID may then be used again).
         outstanding = [
             r
-            for r in self.run.requests.values()
+            for r in self.run.active
             if r.client is client
             and r.kind == "job"
             and r.status in ("waiting", "held")
             and r.requeued == 0
+            and (r.reply or (r.status == "waiting" and s._live_credit(r.queue, now) is None))
         ]
         if not outstanding:
-            return
-        original = outstanding[0]
+            original = self.request(client, self.rng.choice(s.queues), reply=True)
+            if original.status not in ("waiting", "held"):
+                return
+        else:
+            original = outstanding[0]
         original.duplicate_sent = True
         s.judge("EMQP-08")
         s.send(
@@ -1137,13 +1219,32 @@ class _Steps:
     # -- is the broker still serving? ----------------------------------------------------------
 
     def probe(self, after: str, rule: str) -> None:
-        """A fresh worker and client: INFORM gets its ACK, a request reaches the worker."""
+        """A fresh worker and client: INFORM gets its ACK, a request reaches the worker. A probe
+        whose worker this process failed to heartbeat in time (a stalled machine: the broker
+        may rightly have forgotten it) proves nothing: it is played again, three times at
+        most, then left unjudged."""
+        for _ in range(3):
+            if self._probe_once(after, rule):
+                return
+
+    def _probe_once(self, after: str, rule: str) -> bool:
+        """One probe: True if the broker served it, False if this process was too slow to
+        tell; ``_Stopped`` if the broker no longer serves."""
         s = self.s
         worker, client = s.new_worker(probe=True), s.new_client(probe=True)
         queue = f"{s.tag}probe{len(s.workers)}".encode()
+
+        def forsaken() -> bool:  # by _forsake: this process was too slow to heartbeat it
+            return worker.state == "lost"
+
         self.inform(worker, (queue,), json.dumps([[10, queue.decode()]]).encode())
         # Generous: a broker declared stopped ends the run, so a slow one is given time.
-        s.pump(max(10.0, 2 * self.run.window), until=lambda: worker.acked_at is not None)
+        s.pump(
+            max(10.0, 2 * self.run.window),
+            until=lambda: worker.acked_at is not None or forsaken(),
+        )
+        if forsaken():
+            return False
         if worker.acked_at is None:
             raise _Stopped(rule, f"after {after} the broker no longer answers INFORM with ACK")
         self.ready(worker, 1)
@@ -1152,8 +1253,10 @@ class _Steps:
         request.queued_at = request.sent_at
         self.run.add(request)
         s.send(client, b"REQUEST", queue, b"", body, msgid=msgid)
-        s.pump(max(10.0, 3 * self.run.window), until=lambda: request.deliveries > 0)
+        s.pump(max(10.0, 3 * self.run.window), until=lambda: request.deliveries > 0 or forsaken())
         if request.deliveries == 0:
+            if forsaken():
+                return False
             beat = worker.last_heartbeat
             since = "never" if beat is None else f"{s.now() - beat:.2f} s ago"
             raise _Stopped(
@@ -1163,6 +1266,7 @@ class _Steps:
                 f"{request.receipts} receipt(s))",
             )
         self.leave(worker, b"KBYE")
+        return True
 
 
 # -- a scenario and the run ----------------------------------------------------------------------
@@ -1238,16 +1342,19 @@ class _Run:
 MALFORMED = ("bad-inform", "bad-request", "bad-msgid", "bad-reply", "unknown", "stranger",
              "refused", "not-emqp", "flood")  # fmt: skip
 KINDS = ("worker", "ready", "request", "request", "request", "finish", "finish", "leave",
-         "silent", "reinform", "mmi", "duplicate")  # fmt: skip
-# The rules each kind of step gives something to judge, for the planner's steering.
+         "silent", "reinform", "handover", "mmi", "duplicate")  # fmt: skip
+# The rules each kind of step gives something to judge, for the planner's steering: only
+# those it reaches whatever the scenario's state (a leave or a silence judges EMQP-14 only when
+# its worker held a job and another was free on its queue; "handover" makes that so).
 STEP_RULES: dict[str, tuple[str, ...]] = {
     "worker": ("EMQP-03", "EMQP-06", "EMQP-15"),
     "ready": ("EMQP-06", "EMQP-07"),
     "request": ("EMQP-10", "EMQP-11", "EMQP-12", "EMQP-22", "EMQP-26"),
     "finish": ("EMQP-12", "EMQP-07"),
-    "leave": ("EMQP-16", "EMQP-14"),
-    "silent": ("EMQP-15", "EMQP-14"),
+    "leave": ("EMQP-16",),
+    "silent": ("EMQP-15",),
     "reinform": ("EMQP-05",),
+    "handover": ("EMQP-14",),
     "mmi": ("EMQP-25",),
     "duplicate": ("EMQP-08",),
     "bad-inform": ("EMQP-04",),
@@ -1346,13 +1453,18 @@ def _step(steps: _Steps, s: _Scenario, kind: str) -> None:
         steps.finish(rng.choice(workers))
         done = "a worker's REPLY", "EMQP-12"
     elif kind == "leave" and workers:
-        done = f"{steps.leave(rng.choice(workers)).decode()} from a worker", "EMQP-16"
+        # Mostly one with free credits: what it must not be given any more (EMQP-16).
+        free = [w for w in workers if w.credits > 0]
+        leaving = rng.choice(free if free and rng.random() < 0.8 else workers)
+        done = f"{steps.leave(leaving, client=client).decode()} from a worker", "EMQP-16"
     elif kind == "silent" and workers:
         steps.go_silent(rng.choice(workers))
         done = "a worker's silence", "EMQP-15"
     elif kind == "reinform" and workers:
         steps.inform(rng.choice(workers))
         done = "a second INFORM", "EMQP-05"
+    elif kind == "handover":
+        done = steps.handover(client)
     elif kind == "mmi":
         steps.mmi(client)
         done = "mmi.service", "EMQP-25"
