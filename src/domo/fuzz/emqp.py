@@ -35,13 +35,12 @@ leaves the near misses out, so that such a broker can still be checked on the re
 
 from __future__ import annotations
 
-import contextlib
 import json
 import random
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import zmq
@@ -1297,7 +1296,7 @@ class _Run:
         self.span = interval * liveness
         self.meter = JitterMeter() if meter is None else meter
         self.last_any_heartbeat: float | None = None  # the broker's last HEARTBEAT in this lane
-        self.shared = _Exclusive()  # the lanes' hold on the broker's "default" queue
+        self.shared = threading.Lock()  # the lanes' hold on the broker's "default" queue
         self.request_age = 20.0
         self.owns_context = context is None
         self.context: zmq.Context[zmq.Socket[bytes]] = zmq.Context() if context is None else context
@@ -1502,7 +1501,8 @@ class EmqpPlanner:
 
     def draw(self, rng: random.Random, judged: Mapping[str, int]) -> tuple[Step, ...]:
         # One plan in six may use the broker's "default" queue (EMQP-03's "" INFORM, EMQP-22),
-        # which every scenario shares: such a plan runs while no other does.
+        # which every such plan shares: one of them runs at a time (beside plans that do not:
+        # those never send to it nor listen on it).
         plan = [Step("setup", int(rng.random() < 1 / 6), rng.randrange(2**31))]
         for _ in range(STEPS_PER_SCENARIO):
             if rng.random() < 0.5:
@@ -1519,41 +1519,6 @@ class EmqpPlanner:
         return []
 
 
-class _Exclusive:
-    """Many readers or one writer: plans that use the broker's shared "default" queue run
-    alone (the writer), the others side by side."""
-
-    def __init__(self) -> None:
-        self._cond = threading.Condition()
-        self._readers = 0
-        self._writer = False
-
-    @contextlib.contextmanager
-    def reader(self) -> Iterator[None]:
-        with self._cond:
-            self._cond.wait_for(lambda: not self._writer)
-            self._readers += 1
-        try:
-            yield
-        finally:
-            with self._cond:
-                self._readers -= 1
-                self._cond.notify_all()
-
-    @contextlib.contextmanager
-    def writer(self) -> Iterator[None]:
-        with self._cond:
-            self._cond.wait_for(lambda: not self._writer)
-            self._writer = True
-            self._cond.wait_for(lambda: self._readers == 0)
-        try:
-            yield
-        finally:
-            with self._cond:
-                self._writer = False
-                self._cond.notify_all()
-
-
 class _Lane:
     """One lane of the search: its own sockets, the run's settings and jitter meter."""
 
@@ -1567,9 +1532,8 @@ class _Lane:
         tag = f"s{self.run.seed}l{self.index}n{self.played}"
         steps = [s for s in plan if isinstance(s, Step)]
         if not (steps and steps[0].kind == "setup" and steps[0].actor):
-            with self.run.shared.reader():
-                return _play(self.run, steps, tag)
-        with self.run.shared.writer():
+            return _play(self.run, steps, tag)  # its own queues only: beside any other
+        with self.run.shared:  # the broker's "default" queue: one such plan at a time
             return _play(self.run, steps, tag)
 
     def close(self) -> None:
@@ -1599,7 +1563,7 @@ def _fuzz(
     broker_ids: set[bytes] = set()
     requests: dict[bytes, _Request] = {}
     nonce = f"{random.Random().randrange(16**6):06x}"
-    shared = _Exclusive()
+    shared = threading.Lock()
 
     def open_lane(index: int) -> _Lane:
         run = _Run(clients_endpoint, workers_endpoint, seed, interval, liveness, malformed,
