@@ -462,7 +462,7 @@ class _Scenario:
                 elif (
                     request.status in ("held", "replied")
                     and holder is not None
-                    and holder.state != "silent"  # forgotten from the liveness span on
+                    and holder.state not in ("silent", "lost")  # forgotten, or gave it back
                 ):
                     problems.append(
                         (
@@ -485,6 +485,14 @@ class _Scenario:
             request.status = "held" if request.reply else "done"
         if request.reply and request.status in ("held", "tainted"):
             worker.held.append(request)
+        lost = worker.lost_at is not None and worker.state in ("lost", "silent")
+        if lost and request.status == "held":
+            # Given before the broker had the worker's KBYE or saw its silence (the settle
+            # window, not judged): that gives it back at once, as every job it held (EMQP-14).
+            if worker.lost_rule:
+                self._requeue(worker, now)
+            else:
+                request.status = "tainted"
 
     def _to_client(self, client: _Client, command: bytes, frames: list[bytes]) -> None:
         if command != b"REPLY" or len(frames) not in (5, 6):
@@ -880,6 +888,8 @@ class _Steps:
             s.judge("EMQP-16")  # from now on none of its credits may take a job
         s.pump(self.run.window)
         if free and client is not None:
+            # Once the broker certainly had the KBYE: a job given sooner is not judged.
+            s.pump(self.run.settle, shortest=self.run.settle)
             self.request(client, self.rng.choice(worker.queues))
         return command
 
