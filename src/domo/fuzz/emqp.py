@@ -1231,14 +1231,18 @@ class _Steps:
         """A fresh worker and client: INFORM gets its ACK, a request reaches the worker. A probe
         whose worker this process failed to heartbeat in time (a stalled machine: the broker
         may rightly have forgotten it) proves nothing: it is played again, three times at
-        most, then left unjudged."""
-        for _ in range(3):
-            if self._probe_once(after, rule):
+        most, then left unjudged. So is one whose worker the broker stopped heartbeating (it
+        forgot the worker: a broker that had stalled may have read its heartbeats too late), as
+        EventMQ's jobmanager INFORMs again once it misses the broker's heartbeats; the third
+        such is the broker's."""
+        for attempt in range(3):
+            if self._probe_once(after, rule, last=attempt == 2):
                 return
 
-    def _probe_once(self, after: str, rule: str) -> bool:
+    def _probe_once(self, after: str, rule: str, last: bool) -> bool:
         """One probe: True if the broker served it, False if this process was too slow to
-        tell; ``_Stopped`` if the broker no longer serves."""
+        tell, or (unless ``last``) the broker forgot the probe's worker; ``_Stopped`` if the
+        broker no longer serves."""
         s = self.s
         worker, client = s.new_worker(probe=True), s.new_client(probe=True)
         queue = f"{s.tag}probe{len(s.workers)}".encode()
@@ -1267,6 +1271,9 @@ class _Steps:
             if forsaken():
                 return False
             beat = worker.last_heartbeat
+            if not last and (beat is None or s.now() - beat > self.run.heartbeat_span):
+                worker.state, worker.lost_rule, worker.lost_at = "lost", "", s.now()
+                return False  # forgotten: a fresh INFORM
             since = "never" if beat is None else f"{s.now() - beat:.2f} s ago"
             raise _Stopped(
                 rule,
