@@ -7,7 +7,8 @@ of its own, like ``domo.fuzz.memo01``: each scenario, drawn from a seeded ``rand
 starts hand-framed eMQP workers and clients (ZeroMQ DEALERs with ASCII routing ids, as EventMQ's
 peers have) and plays random steps: INFORM with weighted queues, READY credits, REQUESTs with
 MSGIDs, queues and headers (``reply-requested``, ``timeout:N``, ``retry-count:N``,
-``guarantee``), REPLYs, HEARTBEATs, KBYE/KBAI/DISCONNECT, silence, a second INFORM, MMI, and
+``guarantee``), REPLYs, HEARTBEATs, KBYE/KBAI/DISCONNECT, silence, a second INFORM, a worker lost
+while it holds jobs and another is free on their queue (EMQP-14), MMI, and
 near misses: malformed INFORMs, REQUESTs and MSGIDs, unknown commands, SCHEDULE, PUBLISH, a
 READY from a stranger, more credits than allowed. After each near miss a fresh worker and client
 check that the broker still serves.
@@ -178,7 +179,7 @@ class _Scenario:
         self.rng = rng
         self.tag = tag
         self.judged: set[str] = set()  # the rules a check had something to judge (coverage)
-        # The broker's "default" queue is every scenario's: a plan that uses it runs alone.
+        # The broker's "default" queue is every such scenario's: one of them runs at a time.
         self.shares_default = False
         self.workers: list[_Worker] = []
         self.clients: list[_Client] = []
