@@ -783,7 +783,12 @@ class _Steps:
     def pick_queues(self) -> tuple[bytes, ...]:
         rng = self.rng
         chosen = rng.sample(self.s.queues, rng.randint(1, len(self.s.queues)))
-        if self.s.shares_default and rng.random() < 0.2:
+        # A plan that holds the broker's "default" queue uses it: its first informed worker
+        # listens there (the target of a re-route, EMQP-22), later ones at times.
+        listened = any(
+            b"default" in w.queues for w in self.s.workers if w.state in ("ready", "informing")
+        )
+        if self.s.shares_default and (not listened or rng.random() < 0.2):
             chosen.append(b"default")
         return tuple(chosen)
 
