@@ -733,7 +733,11 @@ class _Scenario:
             # EMQP-14: back to its queue (judged for its first re-dispatch only: once a free
             # credit on its queue makes the dispatch owed, or it is dispatched again).
             if request.status == "held" and request.holder is worker:
-                request.status = "waiting" if request.requeued == 0 else "tainted"
+                # Dispatched once only: one already given again (its holder silent past the
+                # span before the model lost it) may have met the broker's limit of
+                # re-dispatches (MDP-D-08).
+                first = request.requeued == 0 and request.deliveries <= 1
+                request.status = "waiting" if first else "tainted"
                 request.queued_at = at
                 request.requeued += 1
                 request.rule = "EMQP-14"
