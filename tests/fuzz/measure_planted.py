@@ -46,9 +46,6 @@ DIALECTS = (*MDP_DIALECTS, "emqp", "dcp", "memo01", "peers")
 ALSO: dict[str, tuple[str, ...]] = {
     "forward-stray-reply": ("MDP-D-13", "MDP-D-10"),
     "no-disconnect-on-unexpected": ("MDP-W-10", "MDP-H-01", "MDP-D-14", "MDP-D-13"),
-    # Its slots stay with the core: jobs go on reaching the worker that left (EMQP-16) as
-    # well as its held ones never going to another (EMQP-14).
-    "forget-without-requeue": ("EMQP-16",),
 }
 
 

@@ -24,7 +24,8 @@ from typing import Any
 import pytest
 
 from domo.cli import EXIT_FINDINGS, EXIT_OK, EXIT_USAGE
-from domo.fuzz.emqp import EmqpFuzzResult, fuzz_emqp
+from domo.fuzz.emqp import EmqpFuzzResult, fuzz_emqp, replay_emqp
+from domo.fuzz.scenario import Step
 from domo.protocol import BrokerConfig
 from domo.protocol.layers.emqp import credit_cap
 
@@ -59,9 +60,32 @@ def test_emqp_fuzzer_finds_nothing_in_domo_broker(emqp_broker: Callable[[str], s
     assert result.findings == (), result.findings
     assert result.stopped is None
     assert result.scenarios == 24
-    assert len(result.steps) >= 15, result.steps  # of 21 kinds
+    assert len(result.steps) >= 15, result.steps  # of 22 kinds
     assert set(result.held) <= set(result.judged)
     assert {"EMQP-03", "EMQP-10", "EMQP-11"} <= set(result.judged)
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3, 4, 5, 6])
+def test_a_worker_lost_holding_a_job_hands_it_over(
+    emqp_broker: Callable[[str], str], seed: int
+) -> None:
+    """The ``handover`` step, EMQP-14's run of events (a worker holding a job leaves, goes
+    silent or INFORMs again while another listens on its queue): domo's broker gives the job
+    to the other and breaks nothing; a broker that forgets the worker but keeps its held jobs
+    is named by EMQP-14, whichever way the worker was lost."""
+    plan = [Step("setup", 0, seed), Step("handover", 0, seed)]
+    clean = replay_emqp(
+        emqp_broker("none"), plan, heartbeat_interval=INTERVAL, liveness=LIVENESS, credits=CREDITS
+    )
+    assert clean == [], clean
+    planted = replay_emqp(
+        emqp_broker("forget-without-requeue"),
+        plan,
+        heartbeat_interval=INTERVAL,
+        liveness=LIVENESS,
+        credits=CREDITS,
+    )
+    assert "EMQP-14" in {v.rule for v in planted}, planted
 
 
 def test_domo_fuzz_dialect_emqp_command_line(

@@ -7,7 +7,8 @@ of its own, like ``domo.fuzz.memo01``: each scenario, drawn from a seeded ``rand
 starts hand-framed eMQP workers and clients (ZeroMQ DEALERs with ASCII routing ids, as EventMQ's
 peers have) and plays random steps: INFORM with weighted queues, READY credits, REQUESTs with
 MSGIDs, queues and headers (``reply-requested``, ``timeout:N``, ``retry-count:N``,
-``guarantee``), REPLYs, HEARTBEATs, KBYE/KBAI/DISCONNECT, silence, a second INFORM, MMI, and
+``guarantee``), REPLYs, HEARTBEATs, KBYE/KBAI/DISCONNECT, silence, a second INFORM, a worker lost
+while it holds jobs and another is free on their queue (EMQP-14), MMI, and
 near misses: malformed INFORMs, REQUESTs and MSGIDs, unknown commands, SCHEDULE, PUBLISH, a
 READY from a stranger, more credits than allowed. After each near miss a fresh worker and client
 check that the broker still serves.
@@ -35,13 +36,12 @@ leaves the near misses out, so that such a broker can still be checked on the re
 
 from __future__ import annotations
 
-import contextlib
 import json
 import random
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import zmq
@@ -179,7 +179,7 @@ class _Scenario:
         self.rng = rng
         self.tag = tag
         self.judged: set[str] = set()  # the rules a check had something to judge (coverage)
-        # The broker's "default" queue is every scenario's: a plan that uses it runs alone.
+        # The broker's "default" queue is every such scenario's: one of them runs at a time.
         self.shares_default = False
         self.workers: list[_Worker] = []
         self.clients: list[_Client] = []
@@ -270,6 +270,8 @@ class _Scenario:
         ready = self.run.poller.poll(wait_ms)
         if not ready:
             self.run.meter.wake(planned + 0.001, self.now())
+        else:
+            self._forsake(self.now())
         while ready:
             for socket, _ in ready:
                 while True:
@@ -280,17 +282,23 @@ class _Scenario:
                     self._receive(socket, frames)
             ready = self.run.poller.poll(0)
 
-    def _beat(self, now: float) -> None:
+    def _forsake(self, now: float) -> None:
+        """Drop from the judging each worker this process was too slow to heartbeat in time (a
+        loaded machine): the broker may rightly have forgotten it and given its jobs to
+        another. Done before what arrived is read, so that such a job is not judged either."""
         for worker in self.workers:
             if worker.state not in ("informing", "ready"):
                 continue
-            if now - worker.last_sent > self.run.span * 0.8 and not worker.probe:
-                # This process was too slow to heartbeat in time (a loaded machine): the broker
-                # may rightly have forgotten the worker, so nothing about it is judged any more.
+            if now - worker.last_sent > self.run.span * 0.8:
                 worker.state, worker.lost_rule, worker.credits = "lost", "", 0
                 worker.lost_at = now
                 for request in worker.held:
                     request.status = "tainted"
+
+    def _beat(self, now: float) -> None:
+        self._forsake(now)
+        for worker in self.workers:
+            if worker.state not in ("informing", "ready"):
                 continue
             if now >= worker.next_beat:
                 self.send(worker, b"HEARTBEAT", b"%.3f" % time.time())
@@ -437,7 +445,10 @@ class _Scenario:
             if request.deliveries and request.kind == "job":
                 holder = request.holder
                 live = holder is not None and holder.state in ("ready", "informing")
-                if request.duplicate_sent and (live or not request.reply):
+                # A request its holder gave back (lost, or INFORMed again: EMQP-05, EMQP-14)
+                # waits again: its next dispatch is owed, not a duplicate's.
+                back = request.status == "waiting" and request.requeued > 0
+                if request.duplicate_sent and not back and (live or not request.reply):
                     problems.append(
                         ("EMQP-08", f"{where} got {what} again after its client resent the MSGID")
                     )
@@ -452,7 +463,7 @@ class _Scenario:
                 elif (
                     request.status in ("held", "replied")
                     and holder is not None
-                    and holder.state != "silent"  # forgotten from the liveness span on
+                    and holder.state not in ("silent", "lost")  # forgotten, or gave it back
                 ):
                     problems.append(
                         (
@@ -475,6 +486,14 @@ class _Scenario:
             request.status = "held" if request.reply else "done"
         if request.reply and request.status in ("held", "tainted"):
             worker.held.append(request)
+        lost = worker.lost_at is not None and worker.state in ("lost", "silent")
+        if lost and request.status == "held":
+            # Given before the broker had the worker's KBYE or saw its silence (the settle
+            # window, not judged): that gives it back at once, as every job it held (EMQP-14).
+            if worker.lost_rule:
+                self._requeue(worker, now)
+            else:
+                request.status = "tainted"
 
     def _to_client(self, client: _Client, command: bytes, frames: list[bytes]) -> None:
         if command != b"REPLY" or len(frames) not in (5, 6):
@@ -711,11 +730,14 @@ class _Scenario:
 
     def _requeue(self, worker: _Worker, at: float) -> None:
         for request in worker.held:
-            # EMQP-14: back to its queue (judged for its first re-dispatch only).
+            # EMQP-14: back to its queue (judged for its first re-dispatch only: once a free
+            # credit on its queue makes the dispatch owed, or it is dispatched again).
             if request.status == "held" and request.holder is worker:
-                if request.requeued == 0 and not worker.probe:
-                    self.judge("EMQP-14")
-                request.status = "waiting" if request.requeued == 0 else "tainted"
+                # Dispatched once only: one already given again (its holder silent past the
+                # span before the model lost it) may have met the broker's limit of
+                # re-dispatches (MDP-D-08).
+                first = request.requeued == 0 and request.deliveries <= 1
+                request.status = "waiting" if first else "tainted"
                 request.queued_at = at
                 request.requeued += 1
                 request.rule = "EMQP-14"
@@ -765,7 +787,12 @@ class _Steps:
     def pick_queues(self) -> tuple[bytes, ...]:
         rng = self.rng
         chosen = rng.sample(self.s.queues, rng.randint(1, len(self.s.queues)))
-        if self.s.shares_default and rng.random() < 0.2:
+        # A plan that holds the broker's "default" queue uses it: its first informed worker
+        # listens there (the target of a re-route, EMQP-22), later ones at times.
+        listened = any(
+            b"default" in w.queues for w in self.s.workers if w.state in ("ready", "informing")
+        )
+        if self.s.shares_default and (not listened or rng.random() < 0.2):
             chosen.append(b"default")
         return tuple(chosen)
 
@@ -857,14 +884,79 @@ class _Steps:
         else:
             s.pump(self.run.window)
 
-    def leave(self, worker: _Worker, command: bytes | None = None) -> bytes:
+    def leave(
+        self, worker: _Worker, command: bytes | None = None, client: _Client | None = None
+    ) -> bytes:
+        """KBYE, KBAI or DISCONNECT from ``worker``; then, given a ``client`` and if it left
+        free credits, a job for one of its queues: it must not reach the worker (EMQP-16)."""
         s = self.s
         command = command or self.rng.choice((b"KBYE", b"KBYE", b"KBAI", b"DISCONNECT"))
+        free = worker.credits > 0 and not worker.probe
         s.send(worker, command)
         s._lose(worker, s.now(), "EMQP-16")
-        s.judge("EMQP-16")  # from now on no job may reach it
+        if free:
+            s.judge("EMQP-16")  # from now on none of its credits may take a job
         s.pump(self.run.window)
+        if free and client is not None:
+            # Once the broker certainly had the KBYE: a job given sooner is not judged.
+            s.pump(self.run.settle, shortest=self.run.settle)
+            self.request(client, self.rng.choice(worker.queues))
         return command
+
+    def handover(self, client: _Client) -> tuple[str, str] | None:
+        """EMQP-14's run of events: a worker holding jobs is lost (KBYE, KBAI or DISCONNECT,
+        silence past the liveness span, or a new INFORM) while another worker listens on their
+        queue; that one has a free credit before the loss or gets one after it. The held jobs
+        with ``reply-requested`` are owed to it; those without must not go out again
+        (EMQP-12)."""
+        s, rng = self.s, self.rng
+        queue = rng.choice(s.queues)
+        listening = [
+            w for w in s.workers if w.state == "ready" and not w.probe and queue in w.queues
+        ]
+        rng.shuffle(listening)
+        while len(listening) < 2:
+            worker = s.new_worker()
+            others = [q for q in s.queues if q != queue]
+            self.inform(worker, (queue, *rng.sample(others, rng.randint(0, 1))))
+            if worker.state != "ready":
+                return None
+            listening.append(worker)
+        first, second = listening[:2]
+        if first.credits == 0:
+            self.ready(first, 1)
+        jobs = [
+            self.request(client, queue, reply=i == 0 or rng.random() < 0.7)
+            for i in range(rng.randint(1, 2))
+        ]
+        holders = [r.holder for r in jobs if r.status == "held" and r.holder is not None]
+        holder = holders[0] if holders else None
+        if holder is None or holder.state != "ready":
+            return None  # not dispatched (judged as EMQP-10): nothing to hand over
+        spare = second if holder is first else first
+        late = rng.random() < 0.3  # the spare's credit after the loss: the jobs wait for it
+        if not late:
+            self._free_credit(spare)
+        how = rng.choice(("leave", "leave", "silent", "reinform"))
+        if how == "leave":
+            what = f"{self.leave(holder).decode()} from a worker holding a job"
+        elif how == "silent":
+            self.go_silent(holder)
+            what = "the silence of a worker holding a job"
+        else:
+            self.inform(holder)
+            what = "a second INFORM from a worker holding a job"
+        if late:
+            self._free_credit(spare)
+        return what, "EMQP-14"
+
+    def _free_credit(self, worker: _Worker) -> None:
+        """READY until ``worker`` has a free credit (a job waiting on its queue may take the
+        first), three at most."""
+        for _ in range(3):
+            if worker.state != "ready" or worker.credits > 0:
+                return
+            self.ready(worker, 1)
 
     def go_silent(self, worker: _Worker) -> None:
         """The worker sends nothing from now on (EMQP-14, EMQP-15)."""
@@ -909,19 +1001,28 @@ class _Steps:
         s.pump(self.run.window)
 
     def duplicate(self, client: _Client) -> None:
-        """EMQP-08: a REQUEST with the MSGID of one still outstanding is dropped."""
+        """EMQP-08: a REQUEST with the MSGID of one still outstanding is dropped. Without one,
+        the client first sends a ``reply-requested`` job (waiting, or held until answered)."""
         s = self.s
+        now = s.now()
+        # Certainly outstanding at the broker: a reply-requested job until its result, one
+        # without reply-requested only while no credit may have taken it (it is done once
+        # handed to a worker, EMQP-12: its MSGID may then be used again).
         outstanding = [
             r
-            for r in self.run.requests.values()
+            for r in self.run.active
             if r.client is client
             and r.kind == "job"
             and r.status in ("waiting", "held")
             and r.requeued == 0
+            and (r.reply or (r.status == "waiting" and s._live_credit(r.queue, now) is None))
         ]
         if not outstanding:
-            return
-        original = outstanding[0]
+            original = self.request(client, self.rng.choice(s.queues), reply=True)
+            if original.status not in ("waiting", "held"):
+                return
+        else:
+            original = outstanding[0]
         original.duplicate_sent = True
         s.judge("EMQP-08")
         s.send(
@@ -1137,13 +1238,36 @@ class _Steps:
     # -- is the broker still serving? ----------------------------------------------------------
 
     def probe(self, after: str, rule: str) -> None:
-        """A fresh worker and client: INFORM gets its ACK, a request reaches the worker."""
+        """A fresh worker and client: INFORM gets its ACK, a request reaches the worker. A probe
+        whose worker this process failed to heartbeat in time (a stalled machine: the broker
+        may rightly have forgotten it) proves nothing: it is played again, three times at
+        most, then left unjudged. So is one whose worker the broker stopped heartbeating (it
+        forgot the worker: a broker that had stalled may have read its heartbeats too late), as
+        EventMQ's jobmanager INFORMs again once it misses the broker's heartbeats; the third
+        such is the broker's."""
+        for attempt in range(3):
+            if self._probe_once(after, rule, last=attempt == 2):
+                return
+
+    def _probe_once(self, after: str, rule: str, last: bool) -> bool:
+        """One probe: True if the broker served it, False if this process was too slow to
+        tell, or (unless ``last``) the broker forgot the probe's worker; ``_Stopped`` if the
+        broker no longer serves."""
         s = self.s
         worker, client = s.new_worker(probe=True), s.new_client(probe=True)
         queue = f"{s.tag}probe{len(s.workers)}".encode()
+
+        def forsaken() -> bool:  # by _forsake: this process was too slow to heartbeat it
+            return worker.state == "lost"
+
         self.inform(worker, (queue,), json.dumps([[10, queue.decode()]]).encode())
         # Generous: a broker declared stopped ends the run, so a slow one is given time.
-        s.pump(max(10.0, 2 * self.run.window), until=lambda: worker.acked_at is not None)
+        s.pump(
+            max(10.0, 2 * self.run.window),
+            until=lambda: worker.acked_at is not None or forsaken(),
+        )
+        if forsaken():
+            return False
         if worker.acked_at is None:
             raise _Stopped(rule, f"after {after} the broker no longer answers INFORM with ACK")
         self.ready(worker, 1)
@@ -1152,9 +1276,14 @@ class _Steps:
         request.queued_at = request.sent_at
         self.run.add(request)
         s.send(client, b"REQUEST", queue, b"", body, msgid=msgid)
-        s.pump(max(10.0, 3 * self.run.window), until=lambda: request.deliveries > 0)
+        s.pump(max(10.0, 3 * self.run.window), until=lambda: request.deliveries > 0 or forsaken())
         if request.deliveries == 0:
+            if forsaken():
+                return False
             beat = worker.last_heartbeat
+            if not last and (beat is None or s.now() - beat > self.run.heartbeat_span):
+                worker.state, worker.lost_rule, worker.lost_at = "lost", "", s.now()
+                return False  # forgotten: a fresh INFORM
             since = "never" if beat is None else f"{s.now() - beat:.2f} s ago"
             raise _Stopped(
                 rule,
@@ -1163,6 +1292,7 @@ class _Steps:
                 f"{request.receipts} receipt(s))",
             )
         self.leave(worker, b"KBYE")
+        return True
 
 
 # -- a scenario and the run ----------------------------------------------------------------------
@@ -1193,7 +1323,7 @@ class _Run:
         self.span = interval * liveness
         self.meter = JitterMeter() if meter is None else meter
         self.last_any_heartbeat: float | None = None  # the broker's last HEARTBEAT in this lane
-        self.shared = _Exclusive()  # the lanes' hold on the broker's "default" queue
+        self.shared = threading.Lock()  # the lanes' hold on the broker's "default" queue
         self.request_age = 20.0
         self.owns_context = context is None
         self.context: zmq.Context[zmq.Socket[bytes]] = zmq.Context() if context is None else context
@@ -1238,16 +1368,19 @@ class _Run:
 MALFORMED = ("bad-inform", "bad-request", "bad-msgid", "bad-reply", "unknown", "stranger",
              "refused", "not-emqp", "flood")  # fmt: skip
 KINDS = ("worker", "ready", "request", "request", "request", "finish", "finish", "leave",
-         "silent", "reinform", "mmi", "duplicate")  # fmt: skip
-# The rules each kind of step gives something to judge, for the planner's steering.
+         "silent", "reinform", "handover", "mmi", "duplicate")  # fmt: skip
+# The rules each kind of step gives something to judge, for the planner's steering: only
+# those it reaches whatever the scenario's state (a leave or a silence judges EMQP-14 only when
+# its worker held a job and another was free on its queue; "handover" makes that so).
 STEP_RULES: dict[str, tuple[str, ...]] = {
     "worker": ("EMQP-03", "EMQP-06", "EMQP-15"),
     "ready": ("EMQP-06", "EMQP-07"),
     "request": ("EMQP-10", "EMQP-11", "EMQP-12", "EMQP-22", "EMQP-26"),
     "finish": ("EMQP-12", "EMQP-07"),
-    "leave": ("EMQP-16", "EMQP-14"),
-    "silent": ("EMQP-15", "EMQP-14"),
+    "leave": ("EMQP-16",),
+    "silent": ("EMQP-15",),
     "reinform": ("EMQP-05",),
+    "handover": ("EMQP-14",),
     "mmi": ("EMQP-25",),
     "duplicate": ("EMQP-08",),
     "bad-inform": ("EMQP-04",),
@@ -1346,13 +1479,18 @@ def _step(steps: _Steps, s: _Scenario, kind: str) -> None:
         steps.finish(rng.choice(workers))
         done = "a worker's REPLY", "EMQP-12"
     elif kind == "leave" and workers:
-        done = f"{steps.leave(rng.choice(workers)).decode()} from a worker", "EMQP-16"
+        # Mostly one with free credits: what it must not be given any more (EMQP-16).
+        free = [w for w in workers if w.credits > 0]
+        leaving = rng.choice(free if free and rng.random() < 0.8 else workers)
+        done = f"{steps.leave(leaving, client=client).decode()} from a worker", "EMQP-16"
     elif kind == "silent" and workers:
         steps.go_silent(rng.choice(workers))
         done = "a worker's silence", "EMQP-15"
     elif kind == "reinform" and workers:
         steps.inform(rng.choice(workers))
         done = "a second INFORM", "EMQP-05"
+    elif kind == "handover":
+        done = steps.handover(client)
     elif kind == "mmi":
         steps.mmi(client)
         done = "mmi.service", "EMQP-25"
@@ -1390,7 +1528,8 @@ class EmqpPlanner:
 
     def draw(self, rng: random.Random, judged: Mapping[str, int]) -> tuple[Step, ...]:
         # One plan in six may use the broker's "default" queue (EMQP-03's "" INFORM, EMQP-22),
-        # which every scenario shares: such a plan runs while no other does.
+        # which every such plan shares: one of them runs at a time (beside plans that do not:
+        # those never send to it nor listen on it).
         plan = [Step("setup", int(rng.random() < 1 / 6), rng.randrange(2**31))]
         for _ in range(STEPS_PER_SCENARIO):
             if rng.random() < 0.5:
@@ -1407,41 +1546,6 @@ class EmqpPlanner:
         return []
 
 
-class _Exclusive:
-    """Many readers or one writer: plans that use the broker's shared "default" queue run
-    alone (the writer), the others side by side."""
-
-    def __init__(self) -> None:
-        self._cond = threading.Condition()
-        self._readers = 0
-        self._writer = False
-
-    @contextlib.contextmanager
-    def reader(self) -> Iterator[None]:
-        with self._cond:
-            self._cond.wait_for(lambda: not self._writer)
-            self._readers += 1
-        try:
-            yield
-        finally:
-            with self._cond:
-                self._readers -= 1
-                self._cond.notify_all()
-
-    @contextlib.contextmanager
-    def writer(self) -> Iterator[None]:
-        with self._cond:
-            self._cond.wait_for(lambda: not self._writer)
-            self._writer = True
-            self._cond.wait_for(lambda: self._readers == 0)
-        try:
-            yield
-        finally:
-            with self._cond:
-                self._writer = False
-                self._cond.notify_all()
-
-
 class _Lane:
     """One lane of the search: its own sockets, the run's settings and jitter meter."""
 
@@ -1455,9 +1559,8 @@ class _Lane:
         tag = f"s{self.run.seed}l{self.index}n{self.played}"
         steps = [s for s in plan if isinstance(s, Step)]
         if not (steps and steps[0].kind == "setup" and steps[0].actor):
-            with self.run.shared.reader():
-                return _play(self.run, steps, tag)
-        with self.run.shared.writer():
+            return _play(self.run, steps, tag)  # its own queues only: beside any other
+        with self.run.shared:  # the broker's "default" queue: one such plan at a time
             return _play(self.run, steps, tag)
 
     def close(self) -> None:
@@ -1487,7 +1590,7 @@ def _fuzz(
     broker_ids: set[bytes] = set()
     requests: dict[bytes, _Request] = {}
     nonce = f"{random.Random().randrange(16**6):06x}"
-    shared = _Exclusive()
+    shared = threading.Lock()
 
     def open_lane(index: int) -> _Lane:
         run = _Run(clients_endpoint, workers_endpoint, seed, interval, liveness, malformed,
