@@ -55,6 +55,7 @@ from .dialects import (
     Dialect,
     DialectCodec,
     Invalid,
+    Reading,
     Registry,
     withheld,
 )
@@ -295,37 +296,48 @@ class FamilyBroker:
             return events
         envelope = tuple(bytes(frame) for frame in frames[:hops]) if hops else ()
         message: Sequence[BodyFrame] = frames[hops + 1 :] if codec.delimited else frames
-        if codec.check is not None:
-            wrong = codec.check(message)
-            if wrong is not None:  # malformed in the dialect's own terms: dropped, named
-                events = self.core.tick(now)
-                events.append(ProtocolViolation(peer, wrong[0], wrong[1], "dropped", now))
-                return events
+        reading: Reading | tuple[str, str] | None = None
+        decoded: CoreCommand | Invalid | None = None
+        named: bytes | None = None  # the request key it names, if any
+        if codec.read is not None:  # the codec reads the message once (DialectCodec.read)
+            reading = codec.read(message)
+            if reading.__class__ is not Reading:  # malformed in its own terms: dropped, named
+                return self._malformed(peer, reading, now)  # type: ignore[arg-type]
+            named = reading.request_key
+            decoded = reading.command
+        else:
+            if codec.check is not None:
+                wrong = codec.check(message)
+                if wrong is not None:  # malformed in the dialect's own terms: dropped, named
+                    return self._malformed(peer, wrong, now)
+            if codec.request_key is not None:  # a dialect with several requests per client
+                split = codec.request_key(message)
+                if split is not None:
+                    named, message = split
         own = self._key_cache.get((connection, peer, envelope, codec.dialect))
         if own is None:
             own = self._key_of(peer, envelope, codec.dialect, connection)
-        request_key = None
         client = None
         key = own
-        if codec.request_key is not None:  # a dialect with several requests per client
-            split = codec.request_key(message)
-            if split is not None:
-                request_key, message = split
-                if not request_key:  # a request that names none: numbered per client (FAM-08)
-                    serial = self._serials.get(own, 0) + 1
-                    self._serials[own] = serial
-                    request_key = b"#%d" % serial
-                key = own + len(request_key).to_bytes(4, "big") + request_key  # request_key_of
-                if role is _CLIENT:  # a client's request counts against it; a worker's not
-                    client = own
+        if named is not None:
+            if not named:  # a request that names none: numbered per client (FAM-08)
+                serial = self._serials.get(own, 0) + 1
+                self._serials[own] = serial
+                named = b"#%d" % serial
+            key = own + len(named).to_bytes(4, "big") + named  # request_key_of
+            if role is _CLIENT:  # a client's request counts against it; a worker's not
+                client = own
         route = self._routes.get(key)
         if route is None or key in self._idle:
             parked = route is not None
             if route is None:
-                context = () if codec.reply_context is None else codec.reply_context(message)
-                route = PeerRoute(
-                    peer, envelope, codec.dialect, connection, request_key, codec, context
-                )
+                if reading is not None:
+                    context = reading.context  # type: ignore[union-attr]
+                elif codec.reply_context is not None:
+                    context = codec.reply_context(message)
+                else:
+                    context = ()
+                route = PeerRoute(peer, envelope, codec.dialect, connection, named, codec, context)
             else:
                 del self._idle[key]
             if client is not None:  # FAM-05, FAM-07: counted against its client
@@ -343,19 +355,27 @@ class FamilyBroker:
                 self._keys_of.setdefault((connection, peer), {})[key] = None
                 self.core.set_traits(key, self._traits_of(codec))
             self._maybe_done[key] = None  # a first message that was refused leaves nothing
+        if decoded is None:
+            decoded = codec.decode(message)  # FAM-10
         if codec.answer is None or role is _CLIENT:  # an answer is to a worker's message
-            decoded = codec.decode(message)  # FAM-10, as ``_to_core``
-            if type(decoded) is Invalid:
+            if type(decoded) is Invalid:  # as ``_to_core``
                 events = self.core.invalid(key, decoded.rule, decoded.reason, now)
             else:
                 events = self.core.command(key, decoded, now)  # type: ignore[arg-type]
         else:
             before = self.core.worker_state(key)
-            events = self._to_core(key, codec, message, now)
+            events = self._to_core(key, decoded, now)
             answer = codec.answer(message, before, self.core.worker_state(key))
             if answer is not None:
                 self._answers.append((connection, peer, answer))
         self._note(events)
+        return events
+
+    def _malformed(self, peer: bytes, wrong: tuple[str, str], now: float) -> list[BrokerEvent]:
+        """A message malformed in its dialect's own terms: dropped with a violation naming the
+        rule (DCP-23), after the core's timers (MDP-D-03)."""
+        events = self.core.tick(now)
+        events.append(ProtocolViolation(peer, wrong[0], wrong[1], "dropped", now))
         return events
 
     def tick(self, now: float) -> list[BrokerEvent]:
@@ -570,12 +590,9 @@ class FamilyBroker:
 
     # -- inside -----------------------------------------------------------------------------------
 
-    def _to_core(
-        self, key: bytes, codec: DialectCodec, message: Sequence[BodyFrame], now: float
-    ) -> list[BrokerEvent]:
-        """Hand a dialect peer's message to the core as the neutral command its codec makes
-        of it, or as the invalid message it is (FAM-10)."""
-        decoded = codec.decode(message)
+    def _to_core(self, key: bytes, decoded: CoreCommand | Invalid, now: float) -> list[BrokerEvent]:
+        """Hand a dialect peer's message to the core as the neutral command its codec made of
+        it, or as the invalid message it is (FAM-10)."""
         if type(decoded) is Invalid:
             return self.core.invalid(key, decoded.rule, decoded.reason, now)
         return self.core.command(key, decoded, now)  # type: ignore[arg-type]
