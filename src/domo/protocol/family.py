@@ -411,15 +411,22 @@ class FamilyBroker:
         # MDP/0.2 peers alone (idle routes hold nothing): the frames as the core wrote them.
         if len(self._routes) > len(self._idle) or self._answers or self._sent_by_layers:
             self._core_taken = len(outbox)
-            if (  # one message, in MDP/0.2's frames, and nothing of the family's to add
+            if (  # one message and nothing of the family's to add: as ``_translate``, inline
                 len(outbox) == 1
-                and outbox[0][0] not in self._routes
                 and not self._refusals
                 and not self._answers
                 and not self._sent_by_layers
             ):
-                peer, frames = outbox[0]
-                return [(0, peer, frames)]  # type: ignore[list-item]
+                key, payload = outbox[0]
+                route = self._routes.get(key)
+                if route is None:
+                    return [(0, key, payload)]  # type: ignore[list-item]  # MDP/0.2's frames
+                if route.layer is None and payload.command is not _PARTIAL:  # type: ignore[union-attr]
+                    encoded = route.codec.encode(route, payload, self._routes.get)  # type: ignore[arg-type]
+                    if encoded is None:
+                        self._withheld.append(0)
+                        return []
+                    return [(route.connection, route.routing_id, encoded)]
             out = self._translate(outbox)
             if self._answers or self._sent_by_layers:  # they lead: DCP's answers, the layers'
                 own = self._answers + self._sent_by_layers
@@ -720,11 +727,11 @@ class FamilyBroker:
         if follow and self._layers:
             for layer in self._layers.values():
                 layer.follow(events)
-        maybe_done = self._maybe_done
+        maybe_done, noted = self._maybe_done, _NOTED
         for event in events:
-            kind = _NOTED.get(type(event))
-            if kind is None:
+            if event.__class__ not in noted:  # most are not: one look, no call
                 continue
+            kind = noted[event.__class__]
             if kind == _ENDED:
                 peer = event.client  # type: ignore[union-attr]
             elif kind == _GONE:
