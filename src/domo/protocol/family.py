@@ -298,12 +298,12 @@ class FamilyBroker:
         message: Sequence[BodyFrame] = frames[hops + 1 :] if codec.delimited else frames
         reading: Reading | tuple[str, str] | None = None
         decoded: CoreCommand | Invalid | None = None
-        named: bytes | None = None  # the request key it names, if any
+        request_key: bytes | None = None  # the request key it names, if any
         if codec.read is not None:  # the codec reads the message once (DialectCodec.read)
             reading = codec.read(message)
             if reading.__class__ is not Reading:  # malformed in its own terms: dropped, named
                 return self._malformed(peer, reading, now)  # type: ignore[arg-type]
-            named = reading.request_key
+            request_key = reading.request_key
             decoded = reading.command
         else:
             if codec.check is not None:
@@ -313,18 +313,18 @@ class FamilyBroker:
             if codec.request_key is not None:  # a dialect with several requests per client
                 split = codec.request_key(message)
                 if split is not None:
-                    named, message = split
+                    request_key, message = split
         own = self._key_cache.get((connection, peer, envelope, codec.dialect))
         if own is None:
             own = self._key_of(peer, envelope, codec.dialect, connection)
         client = None
         key = own
-        if named is not None:
-            if not named:  # a request that names none: numbered per client (FAM-08)
+        if request_key is not None:
+            if not request_key:  # a request that names none: numbered per client (FAM-08)
                 serial = self._serials.get(own, 0) + 1
                 self._serials[own] = serial
-                named = b"#%d" % serial
-            key = own + len(named).to_bytes(4, "big") + named  # request_key_of
+                request_key = b"#%d" % serial
+            key = own + len(request_key).to_bytes(4, "big") + request_key  # request_key_of
             if role is _CLIENT:  # a client's request counts against it; a worker's not
                 client = own
         route = self._routes.get(key)
@@ -337,7 +337,9 @@ class FamilyBroker:
                     context = codec.reply_context(message)
                 else:
                     context = ()
-                route = PeerRoute(peer, envelope, codec.dialect, connection, named, codec, context)
+                route = PeerRoute(
+                    peer, envelope, codec.dialect, connection, request_key, codec, context
+                )
             else:
                 del self._idle[key]
             if client is not None:  # FAM-05, FAM-07: counted against its client
