@@ -76,6 +76,7 @@ _RESERVED_PREFIX = b"mmi."
 _WORKER_KEY = b"W"
 _CLIENT_KEY = b"R"
 _PRINTABLE = bytes(range(0x20, 0x7F))
+_CLIENT, _REQUEST = Role.CLIENT, Command.REQUEST
 _REGISTERED = (PeerState.IDLE, PeerState.BUSY)
 
 
@@ -188,11 +189,10 @@ def _read(message: Sequence[BodyFrame]) -> Reading | tuple[str, str]:
             hashed = _keyed(context, service)
         # DCP-10: one request per service, client address and metadata; DCP-21: the data
         # parts exactly, none included (FAM-10).
-        return Reading(
-            CoreCommand(Role.CLIENT, Command.REQUEST, service, b"", data),
-            _CLIENT_KEY + blake2b(hashed, digest_size=16).digest(),
-            context,
-        )
+        # Both records made as their own ``__new__`` makes them, without that call.
+        command = tuple.__new__(CoreCommand, (_CLIENT, _REQUEST, service, b"", data))
+        key = _CLIENT_KEY + blake2b(hashed, digest_size=16).digest()
+        return tuple.__new__(Reading, (command, key, context))
     worker = _WORKER_KEYS[width]  # DCP-03: a worker's messages go out in its width
     parts = message[2:]
     if kind in (PONG, RECONNECT):
