@@ -257,6 +257,7 @@ class FamilyBroker:
             if factory is not None:
                 self._layers[codec.dialect] = factory(self)
         self._answered = 0  # how many answers and layer messages led the outbox last taken
+        self._placed = False  # _withheld, _answered or _refusals_at say something
         # A keyed dialect's client -> its request keys the broker holds (FAM-05, FAM-07), and
         # the number of its last request, for a dialect whose requests name none (FAM-08).
         self._requests_of: dict[bytes, dict[bytes, None]] = {}
@@ -404,12 +405,9 @@ class FamilyBroker:
         after what the dialects answered and the layers sent themselves, and before the
         refusals of requests past a client's bound (FAM-05, FAM-07)."""
         outbox = self.core.take_outbox()
-        if self._withheld:
-            self._withheld = []
-        if self._answered:
-            self._answered = 0
-        if self._refusals_at is not None:  # this outbox's refusals, if any, are placed below
-            self._refusals_at = None
+        if self._placed:  # the last outbox's placing, for ``_core_index``, is forgotten
+            self._withheld, self._answered, self._refusals_at = [], 0, None
+            self._placed = False
         # MDP/0.2 peers alone (idle routes hold nothing): the frames as the core wrote them.
         if len(self._routes) > len(self._idle) or self._answers or self._sent_by_layers:
             self._core_taken = len(outbox)
@@ -427,6 +425,7 @@ class FamilyBroker:
                     encoded = route.codec.encode(route, payload, self._routes.get)  # type: ignore[arg-type]
                     if encoded is None:
                         self._withheld.append(0)
+                        self._placed = True
                         return []
                     return [(route.connection, route.routing_id, encoded)]
             out = self._translate(outbox)
@@ -434,9 +433,11 @@ class FamilyBroker:
                 own = self._answers + self._sent_by_layers
                 self._answers, self._sent_by_layers = [], []
                 self._answered = len(own)
+                self._placed = True
                 out = own + out
             if self._refusals:  # FAM-05: after the core's, in the order they were made
                 self._refusals_at = len(out)
+                self._placed = True
                 out += self._refusals
                 self._refusals = []
             return out
@@ -718,6 +719,7 @@ class FamilyBroker:
                 out.append((route.connection, route.routing_id, encoded))
             else:
                 self._withheld.append(index)
+                self._placed = True
         return out
 
     def _note(self, events: list[BrokerEvent], follow: bool = True) -> None:
