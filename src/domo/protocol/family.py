@@ -55,6 +55,7 @@ from .dialects import (
     Dialect,
     DialectCodec,
     Invalid,
+    Reading,
     Registry,
     withheld,
 )
@@ -256,6 +257,7 @@ class FamilyBroker:
             if factory is not None:
                 self._layers[codec.dialect] = factory(self)
         self._answered = 0  # how many answers and layer messages led the outbox last taken
+        self._placed = False  # _withheld, _answered or _refusals_at say something
         # A keyed dialect's client -> its request keys the broker holds (FAM-05, FAM-07), and
         # the number of its last request, for a dialect whose requests name none (FAM-08).
         self._requests_of: dict[bytes, dict[bytes, None]] = {}
@@ -295,34 +297,47 @@ class FamilyBroker:
             return events
         envelope = tuple(bytes(frame) for frame in frames[:hops]) if hops else ()
         message: Sequence[BodyFrame] = frames[hops + 1 :] if codec.delimited else frames
-        if codec.check is not None:
-            wrong = codec.check(message)
-            if wrong is not None:  # malformed in the dialect's own terms: dropped, named
-                events = self.core.tick(now)
-                events.append(ProtocolViolation(peer, wrong[0], wrong[1], "dropped", now))
-                return events
+        reading: Reading | tuple[str, str] | None = None
+        decoded: CoreCommand | Invalid | None = None
+        request_key: bytes | None = None  # the request key it names, if any
+        if codec.read is not None:  # the codec reads the message once (DialectCodec.read)
+            reading = codec.read(message)
+            if reading.__class__ is not Reading:  # malformed in its own terms: dropped, named
+                return self._malformed(peer, reading, now)  # type: ignore[arg-type]
+            request_key = reading.request_key
+            decoded = reading.command
+        else:
+            if codec.check is not None:
+                wrong = codec.check(message)
+                if wrong is not None:  # malformed in the dialect's own terms: dropped, named
+                    return self._malformed(peer, wrong, now)
+            if codec.request_key is not None:  # a dialect with several requests per client
+                split = codec.request_key(message)
+                if split is not None:
+                    request_key, message = split
         own = self._key_cache.get((connection, peer, envelope, codec.dialect))
         if own is None:
             own = self._key_of(peer, envelope, codec.dialect, connection)
-        request_key = None
         client = None
         key = own
-        if codec.request_key is not None:  # a dialect with several requests per client
-            split = codec.request_key(message)
-            if split is not None:
-                request_key, message = split
-                if not request_key:  # a request that names none: numbered per client (FAM-08)
-                    serial = self._serials.get(own, 0) + 1
-                    self._serials[own] = serial
-                    request_key = b"#%d" % serial
-                key = own + len(request_key).to_bytes(4, "big") + request_key  # request_key_of
-                if role is _CLIENT:  # a client's request counts against it; a worker's not
-                    client = own
+        if request_key is not None:
+            if not request_key:  # a request that names none: numbered per client (FAM-08)
+                serial = self._serials.get(own, 0) + 1
+                self._serials[own] = serial
+                request_key = b"#%d" % serial
+            key = own + len(request_key).to_bytes(4, "big") + request_key  # request_key_of
+            if role is _CLIENT:  # a client's request counts against it; a worker's not
+                client = own
         route = self._routes.get(key)
         if route is None or key in self._idle:
             parked = route is not None
             if route is None:
-                context = () if codec.reply_context is None else codec.reply_context(message)
+                if reading is not None:
+                    context = reading.context  # type: ignore[union-attr]
+                elif codec.reply_context is not None:
+                    context = codec.reply_context(message)
+                else:
+                    context = ()
                 route = PeerRoute(
                     peer, envelope, codec.dialect, connection, request_key, codec, context
                 )
@@ -343,19 +358,27 @@ class FamilyBroker:
                 self._keys_of.setdefault((connection, peer), {})[key] = None
                 self.core.set_traits(key, self._traits_of(codec))
             self._maybe_done[key] = None  # a first message that was refused leaves nothing
+        if decoded is None:
+            decoded = codec.decode(message)  # FAM-10
         if codec.answer is None or role is _CLIENT:  # an answer is to a worker's message
-            decoded = codec.decode(message)  # FAM-10, as ``_to_core``
-            if type(decoded) is Invalid:
+            if type(decoded) is Invalid:  # as ``_to_core``
                 events = self.core.invalid(key, decoded.rule, decoded.reason, now)
             else:
                 events = self.core.command(key, decoded, now)  # type: ignore[arg-type]
         else:
             before = self.core.worker_state(key)
-            events = self._to_core(key, codec, message, now)
+            events = self._to_core(key, decoded, now)
             answer = codec.answer(message, before, self.core.worker_state(key))
             if answer is not None:
                 self._answers.append((connection, peer, answer))
         self._note(events)
+        return events
+
+    def _malformed(self, peer: bytes, wrong: tuple[str, str], now: float) -> list[BrokerEvent]:
+        """A message malformed in its dialect's own terms: dropped with a violation naming the
+        rule (DCP-23), after the core's timers (MDP-D-03)."""
+        events = self.core.tick(now)
+        events.append(ProtocolViolation(peer, wrong[0], wrong[1], "dropped", now))
         return events
 
     def tick(self, now: float) -> list[BrokerEvent]:
@@ -382,32 +405,39 @@ class FamilyBroker:
         after what the dialects answered and the layers sent themselves, and before the
         refusals of requests past a client's bound (FAM-05, FAM-07)."""
         outbox = self.core.take_outbox()
-        if self._withheld:
-            self._withheld = []
-        if self._answered:
-            self._answered = 0
-        if self._refusals_at is not None:  # this outbox's refusals, if any, are placed below
-            self._refusals_at = None
+        if self._placed:  # the last outbox's placing, for ``_core_index``, is forgotten
+            self._withheld, self._answered, self._refusals_at = [], 0, None
+            self._placed = False
         # MDP/0.2 peers alone (idle routes hold nothing): the frames as the core wrote them.
         if len(self._routes) > len(self._idle) or self._answers or self._sent_by_layers:
             self._core_taken = len(outbox)
-            if (  # one message, in MDP/0.2's frames, and nothing of the family's to add
+            if (  # one message and nothing of the family's to add: as ``_translate``, inline
                 len(outbox) == 1
-                and outbox[0][0] not in self._routes
                 and not self._refusals
                 and not self._answers
                 and not self._sent_by_layers
             ):
-                peer, frames = outbox[0]
-                return [(0, peer, frames)]  # type: ignore[list-item]
+                key, payload = outbox[0]
+                route = self._routes.get(key)
+                if route is None:
+                    return [(0, key, payload)]  # type: ignore[list-item]  # MDP/0.2's frames
+                if route.layer is None and payload.command is not _PARTIAL:  # type: ignore[union-attr]
+                    encoded = route.codec.encode(route, payload, self._routes.get)  # type: ignore[arg-type]
+                    if encoded is None:
+                        self._withheld.append(0)
+                        self._placed = True
+                        return []
+                    return [(route.connection, route.routing_id, encoded)]
             out = self._translate(outbox)
             if self._answers or self._sent_by_layers:  # they lead: DCP's answers, the layers'
                 own = self._answers + self._sent_by_layers
                 self._answers, self._sent_by_layers = [], []
                 self._answered = len(own)
+                self._placed = True
                 out = own + out
             if self._refusals:  # FAM-05: after the core's, in the order they were made
                 self._refusals_at = len(out)
+                self._placed = True
                 out += self._refusals
                 self._refusals = []
             return out
@@ -570,12 +600,9 @@ class FamilyBroker:
 
     # -- inside -----------------------------------------------------------------------------------
 
-    def _to_core(
-        self, key: bytes, codec: DialectCodec, message: Sequence[BodyFrame], now: float
-    ) -> list[BrokerEvent]:
-        """Hand a dialect peer's message to the core as the neutral command its codec makes
-        of it, or as the invalid message it is (FAM-10)."""
-        decoded = codec.decode(message)
+    def _to_core(self, key: bytes, decoded: CoreCommand | Invalid, now: float) -> list[BrokerEvent]:
+        """Hand a dialect peer's message to the core as the neutral command its codec made of
+        it, or as the invalid message it is (FAM-10)."""
         if type(decoded) is Invalid:
             return self.core.invalid(key, decoded.rule, decoded.reason, now)
         return self.core.command(key, decoded, now)  # type: ignore[arg-type]
@@ -692,6 +719,7 @@ class FamilyBroker:
                 out.append((route.connection, route.routing_id, encoded))
             else:
                 self._withheld.append(index)
+                self._placed = True
         return out
 
     def _note(self, events: list[BrokerEvent], follow: bool = True) -> None:
@@ -703,11 +731,11 @@ class FamilyBroker:
         if follow and self._layers:
             for layer in self._layers.values():
                 layer.follow(events)
-        maybe_done = self._maybe_done
+        maybe_done, noted = self._maybe_done, _NOTED
         for event in events:
-            kind = _NOTED.get(type(event))
-            if kind is None:
+            if event.__class__ not in noted:  # most are not: one look, no call
                 continue
+            kind = noted[event.__class__]
             if kind == _ENDED:
                 peer = event.client  # type: ignore[union-attr]
             elif kind == _GONE:

@@ -36,6 +36,7 @@ __all__ = [
     "DialectCodec",
     "Invalid",
     "Lookup",
+    "Reading",
     "Role",
     "RouteView",
     "Translation",
@@ -55,6 +56,21 @@ class Invalid(NamedTuple):
 
     rule: str
     reason: str
+
+
+class Reading(NamedTuple):
+    """A message as one pass of its codec reads it (``DialectCodec.read``): what ``decode``,
+    ``request_key`` and ``reply_context`` give of it, the message itself unchanged.
+
+    - ``command``: the neutral command (``decode``'s), or ``Invalid``.
+    - ``request_key``: the key that names its request (``request_key``'s first part), ``NUMBERED``
+      for a request that names none, or None for a message that names none.
+    - ``context``: what the reply carries back (``reply_context``'s), ``()`` for none.
+    """
+
+    command: CoreCommand | Invalid
+    request_key: bytes | None = None
+    context: tuple[bytes, ...] = ()
 
 
 class Dialect(Enum):
@@ -190,6 +206,12 @@ class DialectCodec:
       after the core had its message (one its codec claims as a worker's), from its worker
       side's ``PeerState`` before and after (a DCP pong, reconnect or registration echo).
 
+    ``read(message)``: every hook above that reads a peer's message, in one pass: ``check``'s
+    (rule, reason) for a malformed message, else a ``Reading`` (``decode``'s command,
+    ``request_key``'s key, ``reply_context``'s context). A codec that has it must give the same
+    as those hooks (they may be made of it); the broker then reads each message once (a codec
+    whose ``request_key`` changes the message has none).
+
     ``dialect`` is a ``Dialect`` for the built-in dialects; a dialect of one's own may use any
     ``Enum`` member with a ``str`` value (it names the dialect in peer keys).
     """
@@ -207,6 +229,7 @@ class DialectCodec:
     reply_context: Callable[[Sequence[BodyFrame]], tuple[bytes, ...]] | None = None
     answer: Callable[[Sequence[BodyFrame], PeerState, PeerState], Relayed | None] | None = None
     refuse: Callable[[Relayed, bytes], Relayed | None] | None = None
+    read: Callable[[Sequence[BodyFrame]], Reading | tuple[str, str]] | None = None
     table: tuple[Translation, ...] = ()
 
     def __post_init__(self) -> None:

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from hashlib import blake2b
+from typing import TypeGuard
 
 from ..broker import PeerState
 from ..commands import HEARTBEAT
@@ -40,6 +41,7 @@ from .base import (
     DialectCodec,
     Invalid,
     Lookup,
+    Reading,
     Role,
     RouteView,
 )
@@ -74,6 +76,7 @@ _RESERVED_PREFIX = b"mmi."
 _WORKER_KEY = b"W"
 _CLIENT_KEY = b"R"
 _PRINTABLE = bytes(range(0x20, 0x7F))
+_CLIENT, _REQUEST = Role.CLIENT, Command.REQUEST
 _REGISTERED = (PeerState.IDLE, PeerState.BUSY)
 
 
@@ -98,7 +101,7 @@ _TYPES = {
 }
 
 
-def _valid_name(name: BodyFrame) -> bool:
+def _valid_name(name: BodyFrame) -> TypeGuard[bytes]:
     return (
         isinstance(name, bytes)
         and 0 < len(name) <= MAX_NAME_LENGTH
@@ -149,40 +152,78 @@ def _split_addressed(parts: Sequence[BodyFrame]) -> _Addressed | str:
 def check(message: Sequence[BodyFrame]) -> tuple[str, str] | None:
     """Why ``message`` (the frames after the leading empty frame) is not DCP v1 as the broker
     takes it, as (rule, reason), or None if it is well formed (DCP-23)."""
+    read = _read(message)
+    return None if read.__class__ is Reading else read  # type: ignore[return-value]
+
+
+def _read(message: Sequence[BodyFrame]) -> Reading | tuple[str, str]:
+    """``message`` read once (``DialectCodec.read``): why it is not DCP v1 (DCP-23), or the
+    neutral command it is, its request key and what its reply carries back."""
     header = message[0]
     if header != HEADER:
         return "DCP-01", f"unsupported protocol header {bytes(header[:8])!r}"
-    if len(message) < 2:
+    count = len(message)
+    if count < 2:
         return "DCP-02", "no type frame"
     typed = _read_type(message[1])
     if typed is None:
         return "DCP-02", f"type frame {bytes(message[1][:8])!r} is not a DCP type in 1 or 4 bytes"
-    kind, _ = typed
+    kind, width = typed
+    if kind == REQUEST:
+        if count < 3:
+            return "DCP-06", "a request without a service"
+        service = message[2]
+        if not _valid_name(service):
+            return "DCP-05", "a service name is 1-255 printable ASCII bytes"
+        if count > 4 and not len(message[3]) and not len(message[4]):
+            # No address, no metadata: the usual request, keyed without a loop.
+            context: tuple[bytes, ...] = (_WIDTH_BYTES[width], b"")
+            hashed = _PLAIN_KEYED[width] + service
+            data = tuple(message[5:])
+        else:
+            split = _split_addressed(message[3:])
+            if isinstance(split, str):
+                return "DCP-06", split
+            context = (_WIDTH_BYTES[width], split.address or b"", *split.metadata)
+            data = split.data
+            hashed = _keyed(context, service)
+        # DCP-10: one request per service, client address and metadata; DCP-21: the data
+        # parts exactly, none included (FAM-10).
+        # Both records made as their own ``__new__`` makes them, without that call.
+        command = tuple.__new__(CoreCommand, (_CLIENT, _REQUEST, service, b"", data))
+        key = _CLIENT_KEY + blake2b(hashed, digest_size=16).digest()
+        return tuple.__new__(Reading, (command, key, context))
+    worker = _WORKER_KEYS[width]  # DCP-03: a worker's messages go out in its width
     parts = message[2:]
     if kind in (PONG, RECONNECT):
         return "DCP-15", f"{_TYPE_NAMES[kind]} is sent by the broker only"
     if kind == PING:
-        return None if not parts else ("DCP-13", "a ping has no parts after its type")
+        return _PINGS[width] if not parts else ("DCP-13", "a ping has no parts after its type")
     if kind == REGISTER:
         if len(parts) != 1:
             return "DCP-04", f"a registration has one part, the service; got {len(parts)}"
-        return _check_service(parts[0], registering=True)
-    if kind == REQUEST:
-        if not parts:
-            return "DCP-06", "a request without a service"
-        wrong = _check_service(parts[0], registering=False)
+        wrong = _check_service(parts[0], registering=True)
         if wrong is not None:
             return wrong
-        split = _split_addressed(parts[1:])
-        return ("DCP-06", split) if isinstance(split, str) else None
-    split = _split_addressed(parts)  # REPLY
+        return Reading(CoreCommand(Role.WORKER, Command.REGISTER, bytes(parts[0])), worker)
+    split = _split_addressed(parts)  # REPLY: the worker's FINAL (DCP-12)
     if isinstance(split, str):
         return "DCP-06", split
     if split.address is None:
         return "DCP-12", "a worker's reply names no client"
     if len(split.address) > MAX_NAME_LENGTH:
         return "DCP-12", "a client address longer than any the broker gives"
-    return None
+    return Reading(CoreCommand(Role.WORKER, Command.FINAL, b"", split.address, split.data), worker)
+
+
+def _keyed(context: tuple[bytes, ...], service: bytes) -> bytes:
+    """What a request's key is a digest of: its reply context, each part length-prefixed, then
+    the service (DCP-10)."""
+    hashed: list[bytes] = []
+    for part in context:
+        hashed += (len(part).to_bytes(4, "big"), part)
+    hashed.append(service)
+    return b"".join(hashed)
 
 
 def _check_service(name: BodyFrame, *, registering: bool) -> tuple[str, str] | None:
@@ -203,48 +244,33 @@ def _claims(header: BodyFrame, command: BodyFrame) -> Role | None:
 
 
 def _request_key(message: Sequence[BodyFrame]) -> tuple[bytes, Sequence[BodyFrame]] | None:
-    """The key of a request (DCP-10), or of a worker: its type width (DCP-03)."""
-    typed = _read_type(message[1]) if len(message) > 1 else None
-    width = NARROW if typed is None else typed[1]
-    if typed is None or typed[0] != REQUEST:
-        return _WORKER_KEY + bytes([width]), message
-    hashed: list[BodyFrame] = []  # each part length-prefixed, then the service
-    for part in _reply_context(message):
-        hashed += (len(part).to_bytes(4, "big"), part)
-    hashed.append(message[2])  # the service: one request per service and metadata
-    return _CLIENT_KEY + blake2b(b"".join(hashed), digest_size=16).digest(), message
+    """The key of a request (DCP-10), or of a worker: its type width (DCP-03); ``_read``'s."""
+    read = _read(message)
+    if read.__class__ is not Reading:
+        return _WORKER_KEYS[NARROW], message
+    return read.request_key, message  # type: ignore[return-value]
 
 
 def _reply_context(message: Sequence[BodyFrame]) -> tuple[bytes, ...]:
     """What the reply to a request carries back: (width, address or b"", *metadata)."""
-    typed = _read_type(message[1]) if len(message) > 1 else None
-    if typed is None or typed[0] != REQUEST:
-        return ()
-    split = _split_addressed(message[3:])
-    if isinstance(split, str):
-        return ()
-    width = bytes([typed[1]])
-    return (width, split.address or b"", *split.metadata)
+    read = _read(message)
+    return read.context if read.__class__ is Reading else ()
 
 
 def _decode(message: Sequence[BodyFrame]) -> CoreCommand | Invalid:
-    """A well-formed DCP message (``check`` passed) as the core's neutral command; its data
-    parts are the body, as many as there are, none included (DCP-21, FAM-10)."""
-    typed = _read_type(message[1])
-    assert typed is not None
-    kind = typed[0]
-    if kind == REGISTER:
-        return CoreCommand(Role.WORKER, Command.REGISTER, bytes(message[2]))
-    if kind == PING:
-        return HEARTBEAT
-    if kind == REQUEST:
-        split = _split_addressed(message[3:])
-        assert not isinstance(split, str)
-        return CoreCommand(Role.CLIENT, Command.REQUEST, bytes(message[2]), b"", split.data)
-    split = _split_addressed(message[2:])  # REPLY: the worker's FINAL (DCP-12)
-    assert not isinstance(split, str)
-    assert split.address is not None
-    return CoreCommand(Role.WORKER, Command.FINAL, b"", split.address, split.data)
+    """A DCP message as the core's neutral command; its data parts are the body, as many as
+    there are, none included (DCP-21, FAM-10); ``Invalid`` if it is malformed (DCP-23)."""
+    read = _read(message)
+    if read.__class__ is Reading:
+        return read.command
+    return Invalid(*read)
+
+
+_WIDTH_BYTES = {NARROW: bytes([NARROW]), WIDE: bytes([WIDE])}
+_WORKER_KEYS = {width: _WORKER_KEY + code for width, code in _WIDTH_BYTES.items()}
+# ``_keyed`` of a request with no address and no metadata, but for its service.
+_PLAIN_KEYED = {width: _keyed((code, b""), b"") for width, code in _WIDTH_BYTES.items()}
+_PINGS = {width: Reading(HEARTBEAT, key) for width, key in _WORKER_KEYS.items()}
 
 
 def _width_of(request_key: bytes | None) -> int:
@@ -332,4 +358,5 @@ DCP = DialectCodec(
     check=check,
     reply_context=_reply_context,
     answer=_answer,
+    read=_read,
 )

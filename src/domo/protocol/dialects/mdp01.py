@@ -22,6 +22,7 @@ from .base import (
     DialectCodec,
     Invalid,
     Lookup,
+    Reading,
     Role,
     RouteView,
     Translation,
@@ -50,21 +51,30 @@ def _claims(header: BodyFrame, command: BodyFrame) -> Role | None:
     return None
 
 
-def _decode(message: Sequence[BodyFrame]) -> CoreCommand | Invalid:
+def _read(message: Sequence[BodyFrame]) -> Reading:
+    """The message read once (``DialectCodec.read``): the neutral command and, for a client's
+    request, ``NUMBERED``: it names no key, the broker numbers them (MDP01-09, FAM-08), so a
+    DEALER client may have several outstanding; a worker's message names none."""
     if message[0] == MDPC01:
         # MDP01-03: [MDPC01, service, body...] is a REQUEST; the service is its frame 1.
         if len(message) > 2 and message[1].__class__ is bytes:  # as decode_client, inline
-            # A CoreCommand made as its own ``__new__`` makes it, without that call.
-            return tuple.__new__(CoreCommand, (_C, _REQUEST, message[1], b"", tuple(message[2:])))
-        return decode_client(message, Command.REQUEST, 1)
+            # Records made as their own ``__new__`` makes them, without that call.
+            request = tuple.__new__(
+                CoreCommand, (_C, _REQUEST, message[1], b"", tuple(message[2:]))
+            )
+            return tuple.__new__(Reading, (request, NUMBERED, ()))
+        return Reading(decode_client(message, Command.REQUEST, 1), NUMBERED)
     code = message[1] if len(message) > 1 else b""
-    return decode_worker(message, command_of(_FROM_WORKER, code))  # MDP01-02, MDP01-06
+    return Reading(decode_worker(message, command_of(_FROM_WORKER, code)))  # MDP01-02, MDP01-06
+
+
+def _decode(message: Sequence[BodyFrame]) -> CoreCommand | Invalid:
+    return _read(message).command
 
 
 def _request_key(message: Sequence[BodyFrame]) -> tuple[bytes, Sequence[BodyFrame]] | None:
-    """A client's request names no key: the broker numbers them (MDP01-09, FAM-08), so a
-    DEALER client may have several outstanding; a worker's message is none."""
-    return (NUMBERED, message) if message[0] == MDPC01 else None
+    key = _read(message).request_key
+    return None if key is None else (key, message)
 
 
 def _encode(route: RouteView, command: CoreCommand, lookup: Lookup) -> Relayed:
@@ -109,5 +119,6 @@ MDP01 = DialectCodec(
     decode=_decode,
     encode=_encode,
     request_key=_request_key,
+    read=_read,
     table=TABLE,
 )

@@ -69,24 +69,27 @@ class Registry:
 
     def find(self, frames: Sequence[BodyFrame]) -> tuple[DialectCodec, int, Role] | None:
         """``detect``, with the role its codec claims the message for."""
-        if not frames:
+        count = len(frames)
+        if not count:
             return None
         first = frames[0]
-        if first:  # no empty frame first: an undelimited dialect's, or an envelope
+        if not first:  # the delimiter first: no envelope, the usual
+            if count < 2:
+                return None
+            at = 0
+            header = frames[1]
+            command = frames[2] if count > 2 else b""
+        else:  # an undelimited dialect's, or an envelope
             for codec in self._undelimited:
                 role = codec.claims(first, _command(frames, 1))
                 if role is not None:
                     return codec, 0, role
-            at = delimiter_at(frames)
-            if at is None:
+            hops = delimiter_at(frames)
+            if hops is None or count < hops + 2:
                 return None
-        else:
-            at = 0
-        count = len(frames)
-        if count < at + 2:
-            return None
-        header = frames[at + 1]
-        command = frames[at + 2] if count > at + 2 else b""
+            at = hops
+            header = frames[at + 1]
+            command = frames[at + 2] if count > at + 2 else b""
         if (
             header.__class__ is bytes
             and command.__class__ is bytes
