@@ -43,7 +43,8 @@ def _token(n: int, pipe: int) -> bytes:
 
 def _memo01(cycles: int) -> None:
     from domo.protocol import BrokerConfig
-    from domo.protocol.memo01 import Memo01Broker, Memo01Config, MessageType, encode
+    from domo.protocol.dialects.memo01 import MessageType, encode
+    from domo.protocol.memo01 import Memo01Broker, Memo01Config
 
     broker = Memo01Broker(BrokerConfig(), memo_connections={NNG}, memo=Memo01Config(epoch=b"EPOC"))
     broker.receive(_token(1, 2), [encode(MessageType.READY, services=("echo",))], 0.0, NNG)
