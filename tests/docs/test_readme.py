@@ -381,6 +381,14 @@ def test_fuzz_block(bash: Callable[..., Bash]) -> None:
     # The budgets shortened from the README's 30 s: what is checked is that the commands run and
     # find nothing in domo's broker and worker (tests/fuzz searches for real).
     assert text.count("--time-budget 30") == 2, text
-    text = with_ports(text.replace("--time-budget 30", "--time-budget 1"), {5556: free_port()})
-    shell = bash("set -e\n" + text, environment(ENDPOINT), "fuzz")
-    assert shell.wait(timeout=120) == 0, str(shell)  # set -e: both searches exit 0, clean
+    text = text.replace("--time-budget 30", "--time-budget 1")
+    shell = bash("set -e\n" + with_ports(text, {5556: free_port()}), environment(ENDPOINT), "fuzz")
+    if shell.wait(timeout=120) == 0:  # set -e: both searches exit 0, clean
+        return
+    # Once more, on fresh ports: a search of 1 s at a random seed on a loaded CI machine has
+    # named a rule that its own replay on a fresh broker then found held (2026-11-28: MDP-W-15
+    # and MDP-S-01, 0 violations on replay). A finding both times fails the test.
+    shell.stop()  # set -e left its broker running
+    retry = with_ports(text, {5556: free_port()})
+    again = bash("set -e\n" + retry, environment(ENDPOINT), "fuzz-again")
+    assert again.wait(timeout=120) == 0, f"twice:\n{shell}\n---\n{again}"
