@@ -8,7 +8,10 @@ tells the broker the flush is done, which completes the requests whose FINAL was
 (MDP-D-24). It serves a broker on one socket (connection 0). A broker on several sockets, one
 pump per socket, flushes through a ``RoutedOutbox``: each pump sends only on its own socket, and
 what the broker sends to a peer on another connection waits there for that connection's pump,
-which is woken; the broker hears ``flushed`` once nothing waits for any pump. ``log_event``
+which is woken; the broker hears ``flushed`` once nothing waits for any pump. Where every socket
+lives on one thread (Trio), any pump may send on any socket, so a ``RoutedOutbox`` given the
+sockets sends at once what is for another one, and wakes that socket's pump only if the send left
+a message there to read (a send may take the edge its pump sleeps on). ``log_event``
 (from ``domo.eventlog``) logs a core event as one readable line at a level that fits its kind.
 """
 
@@ -33,6 +36,7 @@ __all__ = [
     "SENT",
     "RoutedOutbox",
     "Sender",
+    "SharedSender",
     "flush_router",
     "log_event",
 ]
@@ -46,6 +50,13 @@ class Sender(Protocol):
     """A ROUTER that sends one message (peer identity first) without blocking."""
 
     def send(self, frames: Sequence[BodyFrame], /) -> int: ...
+
+
+class SharedSender(Sender, Protocol):
+    """A socket that any task of its thread may send on; ``readable`` says whether a message
+    waits to be read (re-reading the state a send may have taken from the socket's pump)."""
+
+    def readable(self) -> bool: ...
 
 
 def flush_router(
@@ -113,16 +124,30 @@ class RoutedOutbox:
     flush, so that connection's pump comes and flushes. Nothing is dropped but the stale
     messages to a peer the broker has just been told cannot take them (MDP-D-15).
 
+    With ``shared`` (every socket, for pumps that all run on one thread), nothing waits: what is
+    for another connection is sent at once on its socket, and its pump is woken only if a
+    message now waits to be read there. A request that crosses sockets then no longer waits for
+    the other pump's turn, twice per round trip: under a flood on one socket, its pump's turns
+    come seldom (issue 27, fairness across transports).
+
     A failure is reported with the message's index in the broker's outbox while that outbox is
     the last taken; a message that waited for its pump is reported without one (the broker then
     takes every reply to that peer not yet confirmed as not sent). ``flushed`` is called once no
     message waits for any pump, so a FINAL counts as delivered only once it was sent (MDP-D-24).
     """
 
-    def __init__(self, broker: FamilyBroker, connections: int, wake: Callable[[int], None]) -> None:
+    def __init__(
+        self,
+        broker: FamilyBroker,
+        connections: int,
+        wake: Callable[[int], None],
+        shared: Sequence[SharedSender] | None = None,
+    ) -> None:
+        assert shared is None or len(shared) == connections
         self._broker = broker
         self._queued: list[deque[tuple[bytes, Relayed]]] = [deque() for _ in range(connections)]
         self._wake = wake
+        self._shared = shared
 
     def queued(self, connection: int) -> int:
         """How many messages wait for ``connection``'s pump."""
@@ -136,7 +161,7 @@ class RoutedOutbox:
         emit: Callable[[Iterable[BrokerEvent]], None],
     ) -> None:
         """Send on ``conn`` (connection ``connection``'s socket) what is for it; see the class."""
-        broker, queued = self._broker, self._queued
+        broker, queued, shared = self._broker, self._queued, self._shared
         mine = queued[connection]
         failed: set[bytes] = set()
         others: set[int] = set()
@@ -153,10 +178,17 @@ class RoutedOutbox:
             if not outbox:
                 break
             failed = set()  # a peer is reported once per outbox, as flush_router does
+            failed_there: set[tuple[int, bytes]] = set()  # (connection, peer), as ``failed``
             for index, (to, peer, frames) in enumerate(outbox):
                 if to != connection:
-                    queued[to].append((peer, frames))
                     others.add(to)
+                    if shared is None:
+                        queued[to].append((peer, frames))
+                    elif (to, peer) not in failed_there:
+                        result = shared[to].send((peer, *frames))
+                        if result != SENT:
+                            failed_there.add((to, peer))
+                            emit(_report(broker, result, peer, now, to, index))
                     continue
                 if peer in failed:
                     continue  # the broker was told; the rest of its messages are stale
@@ -167,7 +199,8 @@ class RoutedOutbox:
         if not any(queued):
             emit(broker.flushed())
         for other in sorted(others):
-            self._wake(other)
+            if shared is None or shared[other].readable():
+                self._wake(other)
 
     def flush_all(
         self,

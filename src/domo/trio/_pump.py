@@ -11,9 +11,10 @@ client's request drives its session itself, in ``client.py``.)
 ``RouterPump`` drives one of the broker's ROUTERs (``pump_router`` the only one): a peer whose
 pipe is full (EAGAIN) or gone (EHOSTUNREACH) is reported to the broker, which decides what that
 means; the pump never waits for a ROUTER to become writable (POLLOUT on a ROUTER means "some pipe
-has room", not this peer's). A broker on several sockets has one pump per socket, each the sole
-user of its socket; what the broker sends to another socket's peer waits in a ``RoutedOutbox``
-for that socket's pump, which is woken.
+has room", not this peer's). A broker on several sockets has one pump per socket, each the only
+reader of its socket; what the broker sends to another socket's peer is sent there at once
+through a ``RoutedOutbox`` given every socket (one thread: no two tasks use a socket at once),
+which wakes that socket's pump if the send took the wake-up of a message waiting there.
 """
 
 from __future__ import annotations
@@ -52,11 +53,12 @@ async def pump_router(
 
 
 class RouterPump:
-    """Runs a broker on one of its ROUTERs, connection ``connection``; the sole user of ``conn``.
+    """Runs a broker on one of its ROUTERs, connection ``connection``; the only reader of ``conn``.
 
     With several sockets (``outbox`` given), the pumps share the broker and a ``RoutedOutbox``:
-    each flushes through it, and ``wake`` is how another pump tells this one that messages wait
-    for its socket (it ends the wait early; an early tick is harmless).
+    each flushes through it, and ``wake`` is how another pump tells this one that its socket
+    needs it (a message to read whose wake-up a send took, or messages queued for its socket);
+    it ends the wait early, and an early tick is harmless.
     """
 
     def __init__(

@@ -2,9 +2,10 @@
 
 It serves MDP/0.2 and the other dialects of the family (``domo.protocol.family``): MDP/0.1,
 majortomo's, clients behind REQ sockets and proxies, and DagBox's DCP v1. Each endpoint gets its
-own ROUTER (the broker's connection 0, 1, ... in the order given) and its own pump task, the sole
-user of that socket; a client on one endpoint reaches a worker on another, since they share one
-core (the core knows a peer as (connection, routing id)).
+own ROUTER (the broker's connection 0, 1, ... in the order given) and its own pump task, the one
+that reads it; a client on one endpoint reaches a worker on another, since they share one core
+(the core knows a peer as (connection, routing id)), and the pump that hears the message sends
+it on the other socket at once (every pump runs on this thread).
 
 Run it in a nursery; it binds, reports the endpoints it actually bound, and serves until
 cancelled::
@@ -204,7 +205,9 @@ async def serve_broker(
             if isinstance(conn, ZmqConnection):
                 watched.append(conn)
         pumps: list[RouterPump] = []
-        outbox = RoutedOutbox(broker, len(conns), lambda connection: pumps[connection].wake())
+        outbox = RoutedOutbox(
+            broker, len(conns), lambda connection: pumps[connection].wake(), shared=conns
+        )
         pumps += [
             RouterPump(broker, conn, emit, index, outbox if len(conns) > 1 else None)
             for index, conn in enumerate(conns)
