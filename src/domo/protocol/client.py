@@ -170,6 +170,7 @@ class ClientSession(SessionBase[ClientState, ClientSessionInput, ClientAction]):
         super().__init__(ClientState.DISCONNECTED)
         self.config = config if config is not None else ClientConfig()
         self._service = b""
+        self._checked: bytes | None = None  # the service name last checked (MDP-D-01)
         self._body: mdp.Frames = ()
         self._attempt = 0
         self._partials = 0  # PARTIALs received for the outstanding request
@@ -210,13 +211,17 @@ class ClientSession(SessionBase[ClientState, ClientSessionInput, ClientAction]):
     def request(self, service: bytes, body: Sequence[bytes], now: float) -> list[ClientEvent]:
         """Send REQUEST for ``service`` with ``body`` (one or more frames)."""
         self._check_time(now)
-        self._cell(ClientSessionInput.REQUEST)  # refuse misuse before anything changes
-        service = mdp.check_service(service)
+        state = self._state
+        cell = self._cell(ClientSessionInput.REQUEST)  # refuse misuse before anything changes
+        if service is not self._checked:  # the name of the last request was checked already
+            service = mdp.check_service(service)
         frames = mdp.check_body(body)
         events: list[ClientEvent] = []
         self._advance(now, events)
-        cell = self._cell(ClientSessionInput.REQUEST)
+        if self._state is not state:  # a timeout due at ``now`` moved the session
+            cell = self._cell(ClientSessionInput.REQUEST)
         self._service, self._body, self._attempt = service, frames, 0
+        self._checked = service
         self._first_sent_at = now
         self._apply(cell, ClientSessionInput.REQUEST, now, events)
         return events
@@ -236,6 +241,27 @@ class ClientSession(SessionBase[ClientState, ClientSessionInput, ClientAction]):
     def receive(self, frames: Sequence[bytes], now: float) -> list[ClientEvent]:
         """Handle one message from the broker."""
         self._check_time(now)
+        # The common case first: a PARTIAL or FINAL for the outstanding request, before its
+        # deadline. Its header, command and service are exactly what ``validate_client`` and
+        # ``_classify`` would accept (the service is the request's, checked when it was sent);
+        # anything else takes the full path below.
+        if (
+            self._state is ClientState.WAITING
+            and now < self._deadline
+            and len(frames) > 3
+            and type(frames[1]) is bytes
+            and type(frames[2]) is bytes
+            and frames[2] == self._service
+            and frames[0] == mdp.CLIENT_HEADER
+            and type(frames[0]) is bytes
+        ):
+            input_ = _FAST.get(frames[1])
+            if input_ is not None:
+                self._now = now
+                replies: list[ClientEvent] = []
+                cell = self._table[ClientState.WAITING, input_]
+                self._apply(cell, input_, now, replies, body=tuple(frames[3:]))
+                return replies
         events: list[ClientEvent] = []
         self._advance(now, events)
         reason, rule = "", ""
@@ -335,3 +361,4 @@ class ClientSession(SessionBase[ClientState, ClientSessionInput, ClientAction]):
 
 
 _REPLIES: Final = (ClientSessionInput.PARTIAL, ClientSessionInput.FINAL)
+_FAST: Final = {mdp.C_PARTIAL: ClientSessionInput.PARTIAL, mdp.C_FINAL: ClientSessionInput.FINAL}
