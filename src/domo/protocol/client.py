@@ -210,9 +210,15 @@ class ClientSession(SessionBase[ClientState, ClientSessionInput, ClientAction]):
 
     def request(self, service: bytes, body: Sequence[bytes], now: float) -> list[ClientEvent]:
         """Send REQUEST for ``service`` with ``body`` (one or more frames)."""
-        self._check_time(now)
+        if now < self._now:  # ``_check_time``, called only to refuse
+            self._check_time(now)
         state = self._state
-        cell = self._cell(ClientSessionInput.REQUEST)  # refuse misuse before anything changes
+        if (
+            state is ClientState.IDLE
+        ):  # the one state that takes a request: its cell, looked up once
+            cell = _IDLE_REQUEST
+        else:
+            cell = self._cell(ClientSessionInput.REQUEST)  # refuse misuse before anything changes
         if service is not self._checked:  # the name of the last request was checked already
             service = mdp.check_service(service)
         frames = mdp.check_body(body)
@@ -240,7 +246,8 @@ class ClientSession(SessionBase[ClientState, ClientSessionInput, ClientAction]):
 
     def receive(self, frames: Sequence[bytes], now: float) -> list[ClientEvent]:
         """Handle one message from the broker."""
-        self._check_time(now)
+        if now < self._now:  # ``_check_time``, called only to refuse
+            self._check_time(now)
         # The common case first: a PARTIAL or FINAL for the outstanding request, before its
         # deadline. Its header, command and service are exactly what ``validate_client`` and
         # ``_classify`` would accept (the service is the request's, checked when it was sent);
@@ -255,12 +262,11 @@ class ClientSession(SessionBase[ClientState, ClientSessionInput, ClientAction]):
             and frames[0] == mdp.CLIENT_HEADER
             and type(frames[0]) is bytes
         ):
-            input_ = _FAST.get(frames[1])
-            if input_ is not None:
+            found = _FAST.get(frames[1])
+            if found is not None:
                 self._now = now
                 replies: list[ClientEvent] = []
-                cell = self._table[ClientState.WAITING, input_]
-                self._apply(cell, input_, now, replies, body=tuple(frames[3:]))
+                self._apply(found[1], found[0], now, replies, body=tuple(frames[3:]))
                 return replies
         events: list[ClientEvent] = []
         self._advance(now, events)
@@ -357,8 +363,18 @@ class ClientSession(SessionBase[ClientState, ClientSessionInput, ClientAction]):
                 self._outbox.clear()
             elif step is ClientAction.DROP and not cell.violation:
                 events.append(MessageDropped(None, f"{input_.value} with no connection", now))
-        self._move(cell)
+        if cell.next_state is not None:  # ``_move``, inline: every request passes here twice
+            self._state = cell.next_state
 
 
 _REPLIES: Final = (ClientSessionInput.PARTIAL, ClientSessionInput.FINAL)
-_FAST: Final = {mdp.C_PARTIAL: ClientSessionInput.PARTIAL, mdp.C_FINAL: ClientSessionInput.FINAL}
+# The cells of the quick paths, from the table (a lookup keyed by two enums costs two Python-level
+# hashes and a tuple).
+_FAST: Final = {
+    code: (input_, CLIENT_SESSION_TRANSITIONS[ClientState.WAITING, input_])
+    for code, input_ in (
+        (mdp.C_PARTIAL, ClientSessionInput.PARTIAL),
+        (mdp.C_FINAL, ClientSessionInput.FINAL),
+    )
+}
+_IDLE_REQUEST: Final = CLIENT_SESSION_TRANSITIONS[ClientState.IDLE, ClientSessionInput.REQUEST]

@@ -102,7 +102,9 @@ class Slot:
     def flush(self) -> bool:
         """Send what the session queued; False if something is left for when the pipe has room."""
         unsent = self.unsent
-        unsent.extend(self.session.take_outgoing())
+        outgoing = self.session.take_outgoing()
+        if outgoing:
+            unsent.extend(outgoing)
         while unsent and self.reconnect_at is None:
             if not self.transmit(unsent[0]):
                 return False

@@ -93,7 +93,9 @@ class _Slot(Slot):
 
     def start(self, service: bytes, body: mdp.Frames) -> None:
         """Hand a request to the session and send it (what does not fit waits for room)."""
-        socket = self.connect()
+        socket = self.socket
+        if self.reconnect_at is not None or socket is None:
+            socket = self.connect()
         now = self.now()
         # A stray reply that reached the idle socket is read now, with no request outstanding,
         # so that it is dropped (MDP-D-20) rather than taken for this request's.
@@ -114,8 +116,8 @@ class _Slot(Slot):
     def step(self, readable: bool) -> None:
         """After a wait: read the message that is ready, or tick the session; then send."""
         now = self.now()
-        if readable:
-            self.received(receive(self.socket), now)  # type: ignore[arg-type]
+        if readable:  # ``received``, one call less
+            self.handle(self.session.receive(receive(self.socket), now))  # type: ignore[arg-type]
         else:
             self.ticked(now)
         if self.reconnect_at is None:
