@@ -643,6 +643,8 @@ def main() -> None:
         before, sha = baseline_python(args.baseline)
         systems[1:1] = [System(f"domo@{sha}", before, "domo", "domo", "domo")]
         systems[3:3] = [System(f"domo+pyzmq@{sha}", before, "domo", "hand", "domo")]
+        at = next(i for i, s in enumerate(systems) if s.name == "domo.sync") + 1
+        systems[at:at] = [System(f"domo.sync@{sha}", before, "domo", "sync", "domo")]
     if args.systems:
         wanted = args.systems.split(",")
         systems = [s for s in systems if s.name in wanted]

@@ -745,3 +745,43 @@ def test_invalid_config_is_refused() -> None:
         ClientConfig(timeout=0.0)
     with pytest.raises(ValueError, match="retries"):
         ClientConfig(retries=-1)
+
+
+def test_a_reply_with_frames_that_are_not_bytes_is_malformed() -> None:
+    """MDP-W-08, MDP-C-01: a reply naming the right service is still checked frame by frame (the
+    session's quick path for the expected reply takes only ``bytes``; the rest is validated)."""
+    session = waiting_session()
+    shapes = [
+        (bytearray(b"MDPC02"), b"\x03", SERVICE, *REPLY),
+        (b"MDPC02", bytearray(b"\x03"), SERVICE, *REPLY),
+        (b"MDPC02", b"\x03", bytearray(SERVICE), *REPLY),
+    ]
+    for frames in shapes:
+        events = session.receive(frames, T0 + 1)  # type: ignore[arg-type]
+        assert [type(e) for e in events] == [ProtocolViolation]
+        assert session.state is S.WAITING
+    assert session.receive(final(SERVICE), T0 + 1) == [
+        FinalReceived(SERVICE, REPLY, 1, 1.0, T0 + 1)
+    ]
+
+
+def test_a_reply_at_the_deadline_comes_too_late() -> None:
+    """MDP-C-08: at the reply deadline the timeout fires first, even for the expected FINAL; the
+    FINAL then belongs to a socket given up and is dropped."""
+    session = waiting_session()
+    events = session.receive(final(SERVICE), T0 + TIMEOUT)
+    assert [type(e) for e in events] == [ReconnectRequired, MessageDropped]
+    assert session.state is S.RECONNECTING
+
+
+def test_a_service_name_is_checked_until_it_was_valid_once() -> None:
+    """MDP-D-01: the session skips checking the name of its last request again; an invalid name,
+    the same object or not, is refused every time."""
+    session = waiting_session()
+    session.receive(final(SERVICE), T0 + 1)
+    bad = b"bad\x00name"
+    for _ in range(2):
+        with pytest.raises(LocalProtocolError):
+            session.request(bad, BODY, T0 + 1)
+    assert session.state is S.IDLE
+    assert session.request(SERVICE, BODY, T0 + 2) == [RequestSent(SERVICE, 1, T0 + 2)]

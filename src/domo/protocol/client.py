@@ -170,6 +170,7 @@ class ClientSession(SessionBase[ClientState, ClientSessionInput, ClientAction]):
         super().__init__(ClientState.DISCONNECTED)
         self.config = config if config is not None else ClientConfig()
         self._service = b""
+        self._checked: bytes | None = None  # the service name last checked (MDP-D-01)
         self._body: mdp.Frames = ()
         self._attempt = 0
         self._partials = 0  # PARTIALs received for the outstanding request
@@ -209,14 +210,24 @@ class ClientSession(SessionBase[ClientState, ClientSessionInput, ClientAction]):
 
     def request(self, service: bytes, body: Sequence[bytes], now: float) -> list[ClientEvent]:
         """Send REQUEST for ``service`` with ``body`` (one or more frames)."""
-        self._check_time(now)
-        self._cell(ClientSessionInput.REQUEST)  # refuse misuse before anything changes
-        service = mdp.check_service(service)
+        if now < self._now:  # ``_check_time``, called only to refuse
+            self._check_time(now)
+        state = self._state
+        if (
+            state is ClientState.IDLE
+        ):  # the one state that takes a request: its cell, looked up once
+            cell = _IDLE_REQUEST
+        else:
+            cell = self._cell(ClientSessionInput.REQUEST)  # refuse misuse before anything changes
+        if service is not self._checked:  # the name of the last request was checked already
+            service = mdp.check_service(service)
         frames = mdp.check_body(body)
         events: list[ClientEvent] = []
         self._advance(now, events)
-        cell = self._cell(ClientSessionInput.REQUEST)
+        if self._state is not state:  # a timeout due at ``now`` moved the session
+            cell = self._cell(ClientSessionInput.REQUEST)
         self._service, self._body, self._attempt = service, frames, 0
+        self._checked = service
         self._first_sent_at = now
         self._apply(cell, ClientSessionInput.REQUEST, now, events)
         return events
@@ -235,7 +246,28 @@ class ClientSession(SessionBase[ClientState, ClientSessionInput, ClientAction]):
 
     def receive(self, frames: Sequence[bytes], now: float) -> list[ClientEvent]:
         """Handle one message from the broker."""
-        self._check_time(now)
+        if now < self._now:  # ``_check_time``, called only to refuse
+            self._check_time(now)
+        # The common case first: a PARTIAL or FINAL for the outstanding request, before its
+        # deadline. Its header, command and service are exactly what ``validate_client`` and
+        # ``_classify`` would accept (the service is the request's, checked when it was sent);
+        # anything else takes the full path below.
+        if (
+            self._state is ClientState.WAITING
+            and now < self._deadline
+            and len(frames) > 3
+            and type(frames[1]) is bytes
+            and type(frames[2]) is bytes
+            and frames[2] == self._service
+            and frames[0] == mdp.CLIENT_HEADER
+            and type(frames[0]) is bytes
+        ):
+            found = _FAST.get(frames[1])
+            if found is not None:
+                self._now = now
+                replies: list[ClientEvent] = []
+                self._apply(found[1], found[0], now, replies, body=tuple(frames[3:]))
+                return replies
         events: list[ClientEvent] = []
         self._advance(now, events)
         reason, rule = "", ""
@@ -331,7 +363,18 @@ class ClientSession(SessionBase[ClientState, ClientSessionInput, ClientAction]):
                 self._outbox.clear()
             elif step is ClientAction.DROP and not cell.violation:
                 events.append(MessageDropped(None, f"{input_.value} with no connection", now))
-        self._move(cell)
+        if cell.next_state is not None:  # ``_move``, inline: every request passes here twice
+            self._state = cell.next_state
 
 
 _REPLIES: Final = (ClientSessionInput.PARTIAL, ClientSessionInput.FINAL)
+# The cells of the quick paths, from the table (a lookup keyed by two enums costs two Python-level
+# hashes and a tuple).
+_FAST: Final = {
+    code: (input_, CLIENT_SESSION_TRANSITIONS[ClientState.WAITING, input_])
+    for code, input_ in (
+        (mdp.C_PARTIAL, ClientSessionInput.PARTIAL),
+        (mdp.C_FINAL, ClientSessionInput.FINAL),
+    )
+}
+_IDLE_REQUEST: Final = CLIENT_SESSION_TRANSITIONS[ClientState.IDLE, ClientSessionInput.REQUEST]

@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from typing import Generic, TypeVar
 
 from domo.endpoints import EndpointRing
-from domo.eventlog import log_event
+from domo.eventlog import level_of, log_event
 from domo.protocol import ClientConfig, ClientSession, ClientState, mdp
 from domo.protocol.events import ClientEvent, PartialReceived, ReconnectRequired, RequestSent
 
@@ -35,6 +35,8 @@ __all__ = ["ReplyStreamBase", "Slot"]
 logger = logging.getLogger("domo.client")
 
 _BUSY = (ClientState.WAITING, ClientState.RECONNECTING)  # a request is outstanding
+_REPLY_TYPES = frozenset(REPLY_EVENTS)
+_SENT_LEVEL = level_of(RequestSent(b"", 1, 0.0))
 
 
 class Slot:
@@ -56,14 +58,18 @@ class Slot:
     def handle(self, events: list[ClientEvent]) -> None:
         """Act on the session's events: a socket given up, a request sent, a reply."""
         for event in events:
-            if isinstance(event, ReconnectRequired):
-                self.reconnect_at = event.reconnect_at
-                self.unsent.clear()  # they belonged to the socket being given up
-            elif isinstance(event, RequestSent):
+            kind = type(event)  # the session's events are final classes: no subclass to miss
+            if kind is RequestSent:
                 self.sent()
-            if self.collecting and isinstance(event, REPLY_EVENTS):
+                if logger.isEnabledFor(_SENT_LEVEL):  # as log_event would, one call sooner
+                    log_event(logger, event)
+                continue
+            if kind is ReconnectRequired:
+                self.reconnect_at = event.reconnect_at  # type: ignore[union-attr]
+                self.unsent.clear()  # they belonged to the socket being given up
+            if self.collecting and kind in _REPLY_TYPES:
                 self.replies.append(event)
-                self.collecting = isinstance(event, PartialReceived)
+                self.collecting = kind is PartialReceived
             else:
                 log_event(logger, event)
 
@@ -96,7 +102,9 @@ class Slot:
     def flush(self) -> bool:
         """Send what the session queued; False if something is left for when the pipe has room."""
         unsent = self.unsent
-        unsent.extend(self.session.take_outgoing())
+        outgoing = self.session.take_outgoing()
+        if outgoing:
+            unsent.extend(outgoing)
         while unsent and self.reconnect_at is None:
             if not self.transmit(unsent[0]):
                 return False

@@ -13,21 +13,25 @@ from typing import Any, Final
 import zmq
 import zmq.backend
 
-__all__ = ["readable", "receive", "send"]
+__all__ = ["readable", "ready", "receive", "send"]
 
 _send: Any = zmq.backend.Socket.send
 _recv: Any = zmq.backend.Socket.recv
-_get: Any = zmq.backend.Socket.get
+_poll: Any = zmq.zmq_poll
 _NOBLOCK: Final = int(zmq.NOBLOCK)
 _NOBLOCK_SNDMORE: Final = int(zmq.NOBLOCK | zmq.SNDMORE)
-_EVENTS: Final = int(zmq.EVENTS)
 _POLLIN: Final = int(zmq.POLLIN)
 _COPY_BELOW: Final = zmq.COPY_THRESHOLD
 
 
 def readable(socket: zmq.Socket[bytes]) -> bool:
-    """Is a message waiting?"""
-    return bool(_get(socket, _EVENTS) & _POLLIN)
+    """Is a message waiting?
+
+    Asked through ``zmq_poll`` with no wait rather than ``Socket.get(EVENTS)``: both read
+    EVENTS in libzmq, but ``get`` first looks its option up in a Python enum (callgrind: ~8,600
+    instructions a call against ~3,100; the poll adds one ``poll(2)`` with a zero timeout).
+    """
+    return bool(_poll([(socket, _POLLIN)], 0))
 
 
 def receive(socket: zmq.Socket[bytes]) -> list[bytes]:
@@ -53,3 +57,10 @@ def send(socket: zmq.Socket[bytes], frames: Sequence[bytes]) -> bool:
     except zmq.Again:
         return False  # a multipart send fails on its first frame or not at all
     return True
+
+
+def ready(items: list[tuple[zmq.Socket[bytes], int]]) -> list[tuple[zmq.Socket[bytes], int]]:
+    """The sockets of ``items`` (socket, events wanted) that are ready now, with their events:
+    one ``zmq_poll`` with no wait for all of them (see ``readable``)."""
+    result: list[tuple[zmq.Socket[bytes], int]] = _poll(items, 0)
+    return result

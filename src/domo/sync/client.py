@@ -47,10 +47,9 @@ from domo.protocol.events import ClientEvent, PartialReceived
 from domo.runtime import Body, ClientClosed, Reply, as_frames, final_body, service_name
 from domo.runtime.slots import ReplyStreamBase, Slot
 
-from ._socket import readable, receive, send
+from ._socket import readable, ready, receive, send
 
 _get: Any = zmq.backend.Socket.get
-_EVENTS: Final = int(zmq.EVENTS)
 _FD: Final = int(zmq.FD)
 
 __all__ = ["Client", "ReplyStream", "call"]
@@ -70,7 +69,9 @@ class _Slot(Slot):
         self.mask = _POLLIN  # what to wait for: with messages left unsent, room to send too
 
     def now(self) -> float:
-        return max(time.monotonic(), self.session.now)
+        now = time.monotonic()
+        last = self.session.now
+        return last if last > now else now
 
     def connect(self) -> zmq.Socket[bytes]:
         """The socket, replaced first (linger 0) if the session gave the old one up."""
@@ -92,7 +93,9 @@ class _Slot(Slot):
 
     def start(self, service: bytes, body: mdp.Frames) -> None:
         """Hand a request to the session and send it (what does not fit waits for room)."""
-        socket = self.connect()
+        socket = self.socket
+        if self.reconnect_at is not None or socket is None:
+            socket = self.connect()
         now = self.now()
         # A stray reply that reached the idle socket is read now, with no request outstanding,
         # so that it is dropped (MDP-D-20) rather than taken for this request's.
@@ -113,8 +116,8 @@ class _Slot(Slot):
     def step(self, readable: bool) -> None:
         """After a wait: read the message that is ready, or tick the session; then send."""
         now = self.now()
-        if readable:
-            self.received(receive(self.socket), now)  # type: ignore[arg-type]
+        if readable:  # ``received``, one call less
+            self.handle(self.session.receive(receive(self.socket), now))  # type: ignore[arg-type]
         else:
             self.ticked(now)
         if self.reconnect_at is None:
@@ -424,24 +427,33 @@ class _Sockets:
     def wait(self, timeout: int) -> list[tuple[_Slot, int]]:
         """The slots whose socket is ready (for what their ``mask`` says), with its EVENTS;
         sleeps up to ``timeout`` ms (-1: no limit) first if none is. May be empty."""
-        ready = self._ready(list(self._check))
+        found = self._ready(list(self._check))
         self._check.clear()
-        if ready:
-            return ready
+        if found:
+            return found
         by_fd = self._by_fd
         woken = [slot for fd, _ in self._poller.poll(timeout) if (slot := by_fd.get(fd))]
         return self._ready(woken)
 
     @staticmethod
     def _ready(slots: list[_Slot]) -> list[tuple[_Slot, int]]:
-        ready = []
+        if len(slots) == 1:  # the usual case: one socket touched, or one woken
+            slot = slots[0]
+            socket = slot.socket
+            if socket is None:
+                return []
+            found = ready([(socket, slot.mask)])
+            return [(slot, found[0][1])] if found else []
+        items = []
+        owner = {}
         for slot in slots:
             socket = slot.socket
             if socket is not None:
-                events: int = _get(socket, _EVENTS) & slot.mask
-                if events:
-                    ready.append((slot, events))
-        return ready
+                items.append((socket, slot.mask))
+                owner[id(socket)] = slot
+        if not items:
+            return []
+        return [(owner[id(socket)], events) for socket, events in ready(items)]
 
 
 class ReplyStream(ReplyStreamBase[_Slot]):
