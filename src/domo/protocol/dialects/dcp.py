@@ -12,8 +12,10 @@ How DCP maps onto the family core's neutral commands:
   empty part, or many (DCP-21, FAM-10).
 - A client may have several requests in flight (DCP-10). Each is a client of its own to the
   core, keyed by a digest of what the reply must carry back: the type width, the service, the
-  client-address part if the client wrote one, and the metadata parts. The broker keeps those
-  (``reply_context``) and puts them in the reply itself (DCP-08, DCP-09).
+  client-address part if the client wrote one, and the metadata parts (by the width and the
+  service as they are, for a short service with neither address nor metadata: no digest to
+  make). The broker keeps those (``reply_context``) and puts them in the reply itself (DCP-08,
+  DCP-09).
 - A worker is sent, as its request's client address, the core's key of the client: an opaque
   token it copies into its reply (DCP-11, DCP-12). The metadata it is sent are the client's.
 - The broker never pings (DCP-16): the core's HEARTBEAT to a DCP worker is not sent; its
@@ -75,6 +77,7 @@ _RESERVED_PREFIX = b"mmi."
 # A worker key's request key: its type width, so that what it is sent uses the same (DCP-03).
 _WORKER_KEY = b"W"
 _CLIENT_KEY = b"R"
+_PLAIN_KEY = b"P"
 _PRINTABLE = bytes(range(0x20, 0x7F))
 _CLIENT, _REQUEST = Role.CLIENT, Command.REQUEST
 _REGISTERED = (PeerState.IDLE, PeerState.BUSY)
@@ -178,8 +181,12 @@ def _read(message: Sequence[BodyFrame]) -> Reading | tuple[str, str]:
         if count > 4 and not len(message[3]) and not len(message[4]):
             # No address, no metadata: the usual request, keyed without a loop.
             context: tuple[bytes, ...] = (_WIDTH_BYTES[width], b"")
-            hashed = _PLAIN_KEYED[width] + service
             data = tuple(message[5:])
+            if len(service) <= _PLAIN_SERVICE:  # keyed by its width and service, unhashed
+                command = tuple.__new__(CoreCommand, (_CLIENT, _REQUEST, service, b"", data))
+                key = _PLAIN_KEYS[width] + service
+                return tuple.__new__(Reading, (command, key, context))
+            hashed = _PLAIN_KEYED[width] + service
         else:
             split = _split_addressed(message[3:])
             if isinstance(split, str):
@@ -271,6 +278,11 @@ _WORKER_KEYS = {width: _WORKER_KEY + code for width, code in _WIDTH_BYTES.items(
 # ``_keyed`` of a request with no address and no metadata, but for its service.
 _PLAIN_KEYED = {width: _keyed((code, b""), b"") for width, code in _WIDTH_BYTES.items()}
 _PINGS = {width: Reading(HEARTBEAT, key) for width, key in _WORKER_KEYS.items()}
+# A request with no address and no metadata is keyed by its width and its service as they are
+# (a prefix no digest's key has, then one width byte: one key for each pair), if the service is
+# this short: a key stays a client address a worker can copy (DCP-11, MDP-D-02).
+_PLAIN_SERVICE = 64
+_PLAIN_KEYS = {width: _PLAIN_KEY + code for width, code in _WIDTH_BYTES.items()}
 
 
 def _width_of(request_key: bytes | None) -> int:
