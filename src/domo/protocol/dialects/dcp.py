@@ -168,7 +168,8 @@ def _read(message: Sequence[BodyFrame]) -> Reading | tuple[str, str]:
     count = len(message)
     if count < 2:
         return "DCP-02", "no type frame"
-    typed = _read_type(message[1])
+    frame = message[1]
+    typed = _TYPES.get(frame) if frame.__class__ is bytes else _read_type(frame)  # inline
     if typed is None:
         return "DCP-02", f"type frame {bytes(message[1][:8])!r} is not a DCP type in 1 or 4 bytes"
     kind, width = typed
@@ -176,7 +177,11 @@ def _read(message: Sequence[BodyFrame]) -> Reading | tuple[str, str]:
         if count < 3:
             return "DCP-06", "a request without a service"
         service = message[2]
-        if not _valid_name(service):
+        if (  # ``_valid_name``, inline
+            service.__class__ is not bytes
+            or not 0 < len(service) <= MAX_NAME_LENGTH
+            or service.translate(None, _PRINTABLE)
+        ) and not _valid_name(service):
             return "DCP-05", "a service name is 1-255 printable ASCII bytes"
         if count > 4 and not len(message[3]) and not len(message[4]):
             # No address, no metadata: the usual request, keyed without a loop.
@@ -282,6 +287,7 @@ _PINGS = {width: Reading(HEARTBEAT, key) for width, key in _WORKER_KEYS.items()}
 # (a prefix no digest's key has, then one width byte: one key for each pair), if the service is
 # this short: a key stays a client address a worker can copy (DCP-11, MDP-D-02).
 _PLAIN_SERVICE = 64
+_REPLIES = {code: type_frame(REPLY, width) for width, code in _WIDTH_BYTES.items()}
 _PLAIN_KEYS = {width: _PLAIN_KEY + code for width, code in _WIDTH_BYTES.items()}
 
 
@@ -295,6 +301,8 @@ def _encode(route: RouteView, command: CoreCommand, lookup: Lookup) -> Relayed |
     """What the core sends to a DCP peer, in DCP, or None to send nothing."""
     if command.role is Role.CLIENT:  # its FINAL: DCP has no partial replies (DCP-25)
         context = route.context
+        if len(context) == 2 and not context[1]:  # no address, no metadata: the usual reply
+            return (b"", HEADER, _REPLIES[context[0]], route.routing_id, b"", b"", *command.body)
         width = context[0][0] if context else NARROW
         address = context[1] if len(context) > 1 and context[1] else route.routing_id
         return (  # DCP-08, DCP-09; the data parts exactly as they came (DCP-21)
