@@ -120,15 +120,21 @@ def peer_key(
     """The id the core knows a peer by, unless it is an MDP/0.2 peer on connection 0: its
     connection, routing id, envelope, dialect and (for a dialect that keys its requests) the
     request's key, each length-prefixed, so that distinct peers never share a key."""
-    parts = [routing_id, *envelope, str(dialect.value).encode()]
-    prefix = _KEY_PREFIX + connection.to_bytes(4, "big")
-    framed = [prefix]
-    for part in parts:
+    name = _NAMES.get(dialect)
+    if name is None:
+        name = _NAMES[dialect] = str(dialect.value).encode()
+    framed = [_KEY_PREFIX, connection.to_bytes(4, "big"), len(routing_id).to_bytes(4, "big")]
+    framed.append(routing_id)
+    for part in envelope:
         framed += (len(part).to_bytes(4, "big"), part)
+    framed += (len(name).to_bytes(4, "big"), name)
     key = b"".join(framed)
     if request_key is not None:  # one client's requests are clients of their own to the core
         key = request_key_of(key, request_key)
     return key
+
+
+_NAMES: dict[Enum, bytes] = {}  # a dialect's name, as a peer key has it
 
 
 def request_key_of(client: bytes, request_key: bytes) -> bytes:
@@ -256,6 +262,9 @@ class FamilyBroker:
             factory = layers.get(codec.dialect)
             if factory is not None:
                 self._layers[codec.dialect] = factory(self)
+        # The layers that have had a message, in the order of ``_layers``: only they can have
+        # peers, so only they follow what the core does (``_note``).
+        self._following: dict[Enum, Layer] = {}
         self._answered = 0  # how many answers and layer messages led the outbox last taken
         self._placed = False  # _withheld, _answered or _refusals_at say something
         # A keyed dialect's client -> its request keys the broker holds (FAM-05, FAM-07), and
@@ -292,6 +301,8 @@ class FamilyBroker:
             found = self.registry.find(frames) or _UNKNOWN
         codec, hops, role = found
         if self._layers and codec.dialect in self._layers:
+            if codec.dialect not in self._following:
+                self._follow_from_now(codec.dialect)  # its first message
             events = self._layers[codec.dialect].receive(peer, frames[hops + 1 :], now, connection)
             self._note(events, follow=False)  # the layer followed what it made the core do
             return events
@@ -722,14 +733,20 @@ class FamilyBroker:
                 self._placed = True
         return out
 
+    def _follow_from_now(self, dialect: Enum) -> None:
+        """The layer of ``dialect`` has had a message: it follows what the core does from now
+        on, in the order of ``_layers``."""
+        engaged = {*self._following, dialect}
+        self._following = {each: self._layers[each] for each in self._layers if each in engaged}
+
     def _note(self, events: list[BrokerEvent], follow: bool = True) -> None:
         """Remember the keys whose request or worker just ended: maybe the core forgot them.
         Layers see what the core did first (``follow``), and add what that makes it do."""
         routes = self._routes
         if not routes:
             return
-        if follow and self._layers:
-            for layer in self._layers.values():
+        if follow and self._following:
+            for layer in self._following.values():
                 layer.follow(events)
         maybe_done, noted = self._maybe_done, _NOTED
         for event in events:
