@@ -137,6 +137,17 @@ def peer_key(
 _NAMES: dict[Enum, bytes] = {}  # a dialect's name, as a peer key has it
 
 
+def _numbered(serial: int) -> tuple[bytes, bytes]:
+    """The request key of a client's request number ``serial`` (FAM-08), and what it adds to
+    its client's peer key (``request_key_of``)."""
+    request_key = b"#%d" % serial
+    return request_key, len(request_key).to_bytes(4, "big") + request_key
+
+
+_NUMBERED_MADE = 64  # the first numbers' keys, made once
+_NUMBERED = [_numbered(serial) for serial in range(_NUMBERED_MADE)]
+
+
 def request_key_of(client: bytes, request_key: bytes) -> bytes:
     """The peer key of request ``request_key`` of the client whose own key is ``client``."""
     return client + len(request_key).to_bytes(4, "big") + request_key
@@ -267,9 +278,9 @@ class FamilyBroker:
         self._following: dict[Enum, Layer] = {}
         self._answered = 0  # how many answers and layer messages led the outbox last taken
         self._placed = False  # _withheld, _answered or _refusals_at say something
-        # A keyed dialect's client -> its request keys the broker holds (FAM-05, FAM-07), and
+        # A keyed dialect's client -> how many request keys the broker holds (FAM-05, FAM-07), and
         # the number of its last request, for a dialect whose requests name none (FAM-08).
-        self._requests_of: dict[bytes, dict[bytes, None]] = {}
+        self._requests_of: dict[bytes, int] = {}
         self._serials: dict[bytes, int] = {}
         self._client_limit = self.config.max_client_requests
         # Refusals of requests beyond a client's bound, sent after the core's outbox (FAM-05);
@@ -335,8 +346,12 @@ class FamilyBroker:
             if not request_key:  # a request that names none: numbered per client (FAM-08)
                 serial = self._serials.get(own, 0) + 1
                 self._serials[own] = serial
-                request_key = b"#%d" % serial
-            key = own + len(request_key).to_bytes(4, "big") + request_key  # request_key_of
+                request_key, suffix = (
+                    _NUMBERED[serial] if serial < _NUMBERED_MADE else _numbered(serial)
+                )
+                key = own + suffix  # request_key_of
+            else:
+                key = own + len(request_key).to_bytes(4, "big") + request_key  # request_key_of
             if role is _CLIENT:  # a client's request counts against it; a worker's not
                 client = own
         route = self._routes.get(key)
@@ -356,7 +371,7 @@ class FamilyBroker:
                 del self._idle[key]
             if client is not None:  # FAM-05, FAM-07: counted against its client
                 if client not in self._requests_of:  # its first: within every bound
-                    self._requests_of[client] = {key: None}
+                    self._requests_of[client] = 1
                     route.client = client
                 else:
                     refused = self._count(route, key, client, now, message)
@@ -637,18 +652,16 @@ class FamilyBroker:
         """Count request ``key`` against ``client`` (FAM-05, FAM-07), or refuse it: the events
         of the refusal, nothing kept of it. ``message`` (the codec's) or ``service`` name the
         request's service for the refusal."""
-        held = self._requests_of.get(client)
-        if held is None:
-            self._requests_of[client] = {key: None}
-        elif len(held) >= self._client_limit or len(held) >= (
-            route.codec.capabilities.outstanding_per_client or self._client_limit
+        held = self._requests_of.get(client, 0)  # its first is within every bound
+        if held and (
+            held >= self._client_limit
+            or held >= (route.codec.capabilities.outstanding_per_client or self._client_limit)
         ):
             size = 0
             if message is not None:
                 service, size = _service_and_size(route.codec, message)
-            return self._refuse_beyond_bound(route, key, len(held), now, service, size)
-        else:
-            held[key] = None
+            return self._refuse_beyond_bound(route, key, held, now, service, size)
+        self._requests_of[client] = held + 1
         route.client = client
         return None
 
@@ -665,10 +678,8 @@ class FamilyBroker:
             return None  # counted already
         envelope = tuple(bytes(frame) for frame in route.envelope)
         client = peer_key(route.routing_id, envelope, route.dialect, route.connection)
-        held = self._requests_of.get(client)
-        if held is None:
-            self._requests_of[client] = {key: None}
-        elif len(held) >= self._client_limit:
+        held = self._requests_of.get(client, 0)
+        if held and held >= self._client_limit:
             self._forget_key(key)
             events = self.core.tick(now)
             held_bytes = self.core.held_bytes()
@@ -676,8 +687,7 @@ class FamilyBroker:
                 RequestRefused(key, service, "client-limit", size, held_bytes, "FAM-07", now)
             )
             return events
-        else:
-            held[key] = None
+        self._requests_of[client] = held + 1
         route.client = client
         return None
 
@@ -778,9 +788,10 @@ class FamilyBroker:
                 continue
             client = route.client
             if client is not None:  # FAM-05, FAM-07: no longer counted against it
-                held = requests_of[client]
-                del held[key]
-                if not held:  # as ``_uncount``
+                held = requests_of[client] - 1
+                if held:  # as ``_uncount``
+                    requests_of[client] = held
+                else:
                     del requests_of[client]
                     self._serials.pop(client, None)  # FAM-08: numbered afresh
                 route.client = None
@@ -789,10 +800,11 @@ class FamilyBroker:
                 self._forget_key(next(iter(idle)))
         self._maybe_done.clear()
 
-    def _uncount(self, client: bytes, key: bytes) -> None:
-        held = self._requests_of[client]
-        del held[key]
-        if not held:
+    def _uncount(self, client: bytes) -> None:
+        held = self._requests_of[client] - 1
+        if held:
+            self._requests_of[client] = held
+        else:
             del self._requests_of[client]
             self._serials.pop(client, None)  # FAM-08: numbered afresh
 
@@ -803,7 +815,7 @@ class FamilyBroker:
         self._idle.pop(key, None)
         self.core.set_traits(key, None)
         if route.client is not None:
-            self._uncount(route.client, key)
+            self._uncount(route.client)
         address = (route.connection, route.routing_id)
         keys = self._keys_of[address]
         del keys[key]
