@@ -397,7 +397,13 @@ class FamilyBroker:
             answer = codec.answer(message, before, self.core.worker_state(key))
             if answer is not None:
                 self._answers.append((connection, peer, answer))
-        self._note(events)
+        if self._following:
+            self._note(events)
+        else:  # ``_note``'s look, inline: a request's queueing and dispatch are not noted
+            for event in events:
+                if event.__class__ in _NOTED:
+                    self._note(events)
+                    break
         return events
 
     def _malformed(self, peer: bytes, wrong: tuple[str, str], now: float) -> list[BrokerEvent]:
@@ -436,7 +442,6 @@ class FamilyBroker:
             self._placed = False
         # MDP/0.2 peers alone (idle routes hold nothing): the frames as the core wrote them.
         if len(self._routes) > len(self._idle) or self._answers or self._sent_by_layers:
-            self._core_taken = len(outbox)
             if (  # one message and nothing of the family's to add: as ``_translate``, inline
                 len(outbox) == 1
                 and not self._refusals
@@ -444,11 +449,12 @@ class FamilyBroker:
                 and not self._sent_by_layers
             ):
                 key, payload = outbox[0]
-                route = self._routes.get(key)
+                routes = self._routes
+                route = routes.get(key)
                 if route is None:
                     return [(0, key, payload)]  # type: ignore[list-item]  # MDP/0.2's frames
                 if route.layer is None and payload.command is not _PARTIAL:  # type: ignore[union-attr]
-                    encoded = route.codec.encode(route, payload, self._routes.get)  # type: ignore[arg-type]
+                    encoded = route.codec.encode(route, payload, routes.get)  # type: ignore[arg-type]
                     if encoded is None:
                         self._withheld.append(0)
                         self._placed = True
@@ -462,6 +468,7 @@ class FamilyBroker:
                 self._placed = True
                 out = own + out
             if self._refusals:  # FAM-05: after the core's, in the order they were made
+                self._core_taken = len(outbox)
                 self._refusals_at = len(out)
                 self._placed = True
                 out += self._refusals
