@@ -302,7 +302,7 @@ class FamilyBroker:
             if frames and frames[0] in _MDP02_HEADERS:
                 events = self.core.receive(peer, frames, now)
                 # A worker's FINAL may end a dialect client's request; idle routes hold none.
-                if events and len(self._routes) > len(self._idle):
+                if events and self._routes and len(self._routes) > len(self._idle):
                     self._note(events)
                 return events
             found = self.registry.find(frames)
@@ -441,7 +441,9 @@ class FamilyBroker:
             self._withheld, self._answered, self._refusals_at = [], 0, None
             self._placed = False
         # MDP/0.2 peers alone (idle routes hold nothing): the frames as the core wrote them.
-        if len(self._routes) > len(self._idle) or self._answers or self._sent_by_layers:
+        if (  # (no route at all: the test without a call, MDP/0.2's usual case)
+            self._routes and len(self._routes) > len(self._idle)
+        ) or (self._answers or self._sent_by_layers):
             if (  # one message and nothing of the family's to add: as ``_translate``, inline
                 len(outbox) == 1
                 and not self._refusals
@@ -483,7 +485,7 @@ class FamilyBroker:
     def flushed(self) -> list[RequestCompleted]:
         """As ``Broker.flushed``: the FINALs the runtime sent are completed (MDP-D-24)."""
         events = self.core.flushed()
-        if events and len(self._routes) > len(self._idle):
+        if events and self._routes and len(self._routes) > len(self._idle):
             # Completions (nothing for a layer to do): their clients may be done with.
             routes, maybe_done = self._routes, self._maybe_done
             for event in events:
