@@ -120,21 +120,22 @@ def peer_key(
     """The id the core knows a peer by, unless it is an MDP/0.2 peer on connection 0: its
     connection, routing id, envelope, dialect and (for a dialect that keys its requests) the
     request's key, each length-prefixed, so that distinct peers never share a key."""
-    name = _NAMES.get(dialect)
+    name = _NAMES.get(dialect)  # length-prefixed
     if name is None:
-        name = _NAMES[dialect] = str(dialect.value).encode()
+        named = str(dialect.value).encode()
+        name = _NAMES[dialect] = len(named).to_bytes(4, "big") + named
     framed = [_KEY_PREFIX, connection.to_bytes(4, "big"), len(routing_id).to_bytes(4, "big")]
     framed.append(routing_id)
     for part in envelope:
         framed += (len(part).to_bytes(4, "big"), part)
-    framed += (len(name).to_bytes(4, "big"), name)
+    framed.append(name)
     key = b"".join(framed)
     if request_key is not None:  # one client's requests are clients of their own to the core
         key = request_key_of(key, request_key)
     return key
 
 
-_NAMES: dict[Enum, bytes] = {}  # a dialect's name, as a peer key has it
+_NAMES: dict[Enum, bytes] = {}  # a dialect's name as a peer key has it, length-prefixed
 
 
 def _numbered(serial: int) -> tuple[bytes, bytes]:
@@ -382,7 +383,8 @@ class FamilyBroker:
             if not parked:
                 self._routes[key] = route
                 self._keys_of.setdefault((connection, peer), {})[key] = None
-                self.core.set_traits(key, self._traits_of(codec))
+                traits = self._traits.get(codec.dialect)  # ``_traits_of``, inline
+                self.core.set_traits(key, traits or self._traits_of(codec))
             self._maybe_done[key] = None  # a first message that was refused leaves nothing
         if decoded is None:
             decoded = codec.decode(message)  # FAM-10
