@@ -187,11 +187,8 @@ def _read(message: Sequence[BodyFrame]) -> Reading | tuple[str, str]:
             # No address, no metadata: the usual request, keyed without a loop.
             context: tuple[bytes, ...] = (_WIDTH_BYTES[width], b"")
             data = tuple(message[5:])
-            if len(service) <= _PLAIN_SERVICE:  # keyed by its width and service, unhashed
-                command = tuple.__new__(CoreCommand, (_CLIENT, _REQUEST, service, b"", data))
-                key = _PLAIN_KEYS[width] + service
-                return tuple.__new__(Reading, (command, key, context))
-            hashed = _PLAIN_KEYED[width] + service
+            # A short service: keyed by its width and service as they are, no digest to make.
+            hashed = b"" if len(service) <= _PLAIN_SERVICE else _PLAIN_KEYED[width] + service
         else:
             split = _split_addressed(message[3:])
             if isinstance(split, str):
@@ -203,7 +200,10 @@ def _read(message: Sequence[BodyFrame]) -> Reading | tuple[str, str]:
         # parts exactly, none included (FAM-10).
         # Both records made as their own ``__new__`` makes them, without that call.
         command = tuple.__new__(CoreCommand, (_CLIENT, _REQUEST, service, b"", data))
-        key = _CLIENT_KEY + blake2b(hashed, digest_size=16).digest()
+        if hashed:
+            key = _CLIENT_KEY + blake2b(hashed, digest_size=16).digest()
+        else:
+            key = _PLAIN_KEYS[width] + service
         return tuple.__new__(Reading, (command, key, context))
     worker = _WORKER_KEYS[width]  # DCP-03: a worker's messages go out in its width
     parts = message[2:]
