@@ -164,6 +164,34 @@ def test_the_same_request_twice_in_flight_the_first_stands() -> None:
     assert len(broker.core.requests()) == 1
 
 
+@pytest.mark.parametrize("size", [1, 64, 65, 255])
+def test_requests_without_metadata_are_told_apart_by_width_and_service(size: int) -> None:
+    """DCP-10, DCP-11: a request with neither address nor metadata is the same request as
+    another only with the same width and service, whatever the service's length; its token
+    is an address the worker can copy back (1-255 bytes), and its reply reaches the client."""
+    broker = new_broker()
+    service = b"s" * size
+    for n in range(4):
+        register(broker, bytes([0, 0x77, n]), service, T1)
+    plain = [b"", H, T1["req"], service, b"", b"", b"d"]
+    tokens = []
+    for frames in (
+        plain,
+        [b"", H, T4["req"], *plain[3:]],  # the other width: another request
+        [b"", H, T1["req"], service, b"", b"m", b"", b"d"],  # with metadata: another
+        [b"", H, T1["req"], service, C2, b"", b"", b"d"],  # with an address: another
+    ):
+        assert not violations(broker.receive(C, frames, 0.1))
+        [(_, request)] = out(broker)
+        assert 0 < len(request[4]) <= 255
+        tokens.append(request[4])
+    assert len(set(tokens)) == 4
+    assert violations(broker.receive(C, plain, 0.1)) == ["MDP-S-02"]  # the first stands
+    assert len(broker.core.requests()) == 4
+    broker.receive(bytes([0, 0x77, 0]), [b"", H, T1["rep"], tokens[0], b"", b"", b"r"], 0.2)
+    assert out(broker) == [(C, (b"", H, T1["rep"], C, b"", b"", b"r"))]
+
+
 def test_ping_pong_and_reconnect() -> None:
     """DCP-13, DCP-14: pong to a registered worker, reconnect to anyone else, every time."""
     broker = new_broker()

@@ -80,9 +80,11 @@ from .events import (
     WorkerRegistered,
 )
 from .mdp import (
+    _PRINTABLE_ASCII,
     C_FINAL,
     C_PARTIAL,
     CLIENT_HEADER,
+    MAX_NAME_LENGTH,
     W_REQUEST,
     WORKER_HEADER,
     BodyFrame,
@@ -678,6 +680,13 @@ class Broker:
                     self._worker_reply(peer, input_, message.address, message.body, now, events)
             else:
                 self._worker_input(peer, _NEUTRAL_WORKER_INPUT[command], now, events)
+        elif (  # a REQUEST to a valid service (``mdp.is_valid_service``, inline): the usual
+            command is _REQUEST
+            and (service := message.service).__class__ is bytes
+            and 0 < len(service) <= MAX_NAME_LENGTH
+            and not service.translate(None, _PRINTABLE_ASCII)
+        ):
+            self._client_request(peer, service, tuple(message.body), now, events)
         elif command not in _CLIENT_COMMANDS:
             reason = f"{command.value} is not a client command"
             events.append(ProtocolViolation(peer, "MDP-C-01", reason, "dropped", now))

@@ -120,15 +120,33 @@ def peer_key(
     """The id the core knows a peer by, unless it is an MDP/0.2 peer on connection 0: its
     connection, routing id, envelope, dialect and (for a dialect that keys its requests) the
     request's key, each length-prefixed, so that distinct peers never share a key."""
-    parts = [routing_id, *envelope, str(dialect.value).encode()]
-    prefix = _KEY_PREFIX + connection.to_bytes(4, "big")
-    framed = [prefix]
-    for part in parts:
+    name = _NAMES.get(dialect)  # length-prefixed
+    if name is None:
+        named = str(dialect.value).encode()
+        name = _NAMES[dialect] = len(named).to_bytes(4, "big") + named
+    framed = [_KEY_PREFIX, connection.to_bytes(4, "big"), len(routing_id).to_bytes(4, "big")]
+    framed.append(routing_id)
+    for part in envelope:
         framed += (len(part).to_bytes(4, "big"), part)
+    framed.append(name)
     key = b"".join(framed)
     if request_key is not None:  # one client's requests are clients of their own to the core
         key = request_key_of(key, request_key)
     return key
+
+
+_NAMES: dict[Enum, bytes] = {}  # a dialect's name as a peer key has it, length-prefixed
+
+
+def _numbered(serial: int) -> tuple[bytes, bytes]:
+    """The request key of a client's request number ``serial`` (FAM-08), and what it adds to
+    its client's peer key (``request_key_of``)."""
+    request_key = b"#%d" % serial
+    return request_key, len(request_key).to_bytes(4, "big") + request_key
+
+
+_NUMBERED_MADE = 64  # the first numbers' keys, made once
+_NUMBERED = [_numbered(serial) for serial in range(_NUMBERED_MADE)]
 
 
 def request_key_of(client: bytes, request_key: bytes) -> bytes:
@@ -256,11 +274,14 @@ class FamilyBroker:
             factory = layers.get(codec.dialect)
             if factory is not None:
                 self._layers[codec.dialect] = factory(self)
+        # The layers that have had a message, in the order of ``_layers``: only they can have
+        # peers, so only they follow what the core does (``_note``).
+        self._following: dict[Enum, Layer] = {}
         self._answered = 0  # how many answers and layer messages led the outbox last taken
         self._placed = False  # _withheld, _answered or _refusals_at say something
-        # A keyed dialect's client -> its request keys the broker holds (FAM-05, FAM-07), and
+        # A keyed dialect's client -> how many request keys the broker holds (FAM-05, FAM-07), and
         # the number of its last request, for a dialect whose requests name none (FAM-08).
-        self._requests_of: dict[bytes, dict[bytes, None]] = {}
+        self._requests_of: dict[bytes, int] = {}
         self._serials: dict[bytes, int] = {}
         self._client_limit = self.config.max_client_requests
         # Refusals of requests beyond a client's bound, sent after the core's outbox (FAM-05);
@@ -282,7 +303,7 @@ class FamilyBroker:
             if frames and frames[0] in _MDP02_HEADERS:
                 events = self.core.receive(peer, frames, now)
                 # A worker's FINAL may end a dialect client's request; idle routes hold none.
-                if events and len(self._routes) > len(self._idle):
+                if events and self._routes and len(self._routes) > len(self._idle):
                     self._note(events)
                 return events
             found = self.registry.find(frames)
@@ -292,6 +313,8 @@ class FamilyBroker:
             found = self.registry.find(frames) or _UNKNOWN
         codec, hops, role = found
         if self._layers and codec.dialect in self._layers:
+            if codec.dialect not in self._following:
+                self._follow_from_now(codec.dialect)  # its first message
             events = self._layers[codec.dialect].receive(peer, frames[hops + 1 :], now, connection)
             self._note(events, follow=False)  # the layer followed what it made the core do
             return events
@@ -324,8 +347,12 @@ class FamilyBroker:
             if not request_key:  # a request that names none: numbered per client (FAM-08)
                 serial = self._serials.get(own, 0) + 1
                 self._serials[own] = serial
-                request_key = b"#%d" % serial
-            key = own + len(request_key).to_bytes(4, "big") + request_key  # request_key_of
+                request_key, suffix = (
+                    _NUMBERED[serial] if serial < _NUMBERED_MADE else _numbered(serial)
+                )
+                key = own + suffix  # request_key_of
+            else:
+                key = own + len(request_key).to_bytes(4, "big") + request_key  # request_key_of
             if role is _CLIENT:  # a client's request counts against it; a worker's not
                 client = own
         route = self._routes.get(key)
@@ -345,7 +372,7 @@ class FamilyBroker:
                 del self._idle[key]
             if client is not None:  # FAM-05, FAM-07: counted against its client
                 if client not in self._requests_of:  # its first: within every bound
-                    self._requests_of[client] = {key: None}
+                    self._requests_of[client] = 1
                     route.client = client
                 else:
                     refused = self._count(route, key, client, now, message)
@@ -356,7 +383,8 @@ class FamilyBroker:
             if not parked:
                 self._routes[key] = route
                 self._keys_of.setdefault((connection, peer), {})[key] = None
-                self.core.set_traits(key, self._traits_of(codec))
+                traits = self._traits.get(codec.dialect)  # ``_traits_of``, inline
+                self.core.set_traits(key, traits or self._traits_of(codec))
             self._maybe_done[key] = None  # a first message that was refused leaves nothing
         if decoded is None:
             decoded = codec.decode(message)  # FAM-10
@@ -371,7 +399,13 @@ class FamilyBroker:
             answer = codec.answer(message, before, self.core.worker_state(key))
             if answer is not None:
                 self._answers.append((connection, peer, answer))
-        self._note(events)
+        if self._following:
+            self._note(events)
+        else:  # ``_note``'s look, inline: a request's queueing and dispatch are not noted
+            for event in events:
+                if event.__class__ in _NOTED:
+                    self._note(events)
+                    break
         return events
 
     def _malformed(self, peer: bytes, wrong: tuple[str, str], now: float) -> list[BrokerEvent]:
@@ -409,8 +443,9 @@ class FamilyBroker:
             self._withheld, self._answered, self._refusals_at = [], 0, None
             self._placed = False
         # MDP/0.2 peers alone (idle routes hold nothing): the frames as the core wrote them.
-        if len(self._routes) > len(self._idle) or self._answers or self._sent_by_layers:
-            self._core_taken = len(outbox)
+        if (  # (no route at all: the test without a call, MDP/0.2's usual case)
+            self._routes and len(self._routes) > len(self._idle)
+        ) or (self._answers or self._sent_by_layers):
             if (  # one message and nothing of the family's to add: as ``_translate``, inline
                 len(outbox) == 1
                 and not self._refusals
@@ -418,11 +453,12 @@ class FamilyBroker:
                 and not self._sent_by_layers
             ):
                 key, payload = outbox[0]
-                route = self._routes.get(key)
+                routes = self._routes
+                route = routes.get(key)
                 if route is None:
                     return [(0, key, payload)]  # type: ignore[list-item]  # MDP/0.2's frames
                 if route.layer is None and payload.command is not _PARTIAL:  # type: ignore[union-attr]
-                    encoded = route.codec.encode(route, payload, self._routes.get)  # type: ignore[arg-type]
+                    encoded = route.codec.encode(route, payload, routes.get)  # type: ignore[arg-type]
                     if encoded is None:
                         self._withheld.append(0)
                         self._placed = True
@@ -436,6 +472,7 @@ class FamilyBroker:
                 self._placed = True
                 out = own + out
             if self._refusals:  # FAM-05: after the core's, in the order they were made
+                self._core_taken = len(outbox)
                 self._refusals_at = len(out)
                 self._placed = True
                 out += self._refusals
@@ -450,7 +487,7 @@ class FamilyBroker:
     def flushed(self) -> list[RequestCompleted]:
         """As ``Broker.flushed``: the FINALs the runtime sent are completed (MDP-D-24)."""
         events = self.core.flushed()
-        if events and len(self._routes) > len(self._idle):
+        if events and self._routes and len(self._routes) > len(self._idle):
             # Completions (nothing for a layer to do): their clients may be done with.
             routes, maybe_done = self._routes, self._maybe_done
             for event in events:
@@ -626,18 +663,16 @@ class FamilyBroker:
         """Count request ``key`` against ``client`` (FAM-05, FAM-07), or refuse it: the events
         of the refusal, nothing kept of it. ``message`` (the codec's) or ``service`` name the
         request's service for the refusal."""
-        held = self._requests_of.get(client)
-        if held is None:
-            self._requests_of[client] = {key: None}
-        elif len(held) >= self._client_limit or len(held) >= (
-            route.codec.capabilities.outstanding_per_client or self._client_limit
+        held = self._requests_of.get(client, 0)  # its first is within every bound
+        if held and (
+            held >= self._client_limit
+            or held >= (route.codec.capabilities.outstanding_per_client or self._client_limit)
         ):
             size = 0
             if message is not None:
                 service, size = _service_and_size(route.codec, message)
-            return self._refuse_beyond_bound(route, key, len(held), now, service, size)
-        else:
-            held[key] = None
+            return self._refuse_beyond_bound(route, key, held, now, service, size)
+        self._requests_of[client] = held + 1
         route.client = client
         return None
 
@@ -654,10 +689,8 @@ class FamilyBroker:
             return None  # counted already
         envelope = tuple(bytes(frame) for frame in route.envelope)
         client = peer_key(route.routing_id, envelope, route.dialect, route.connection)
-        held = self._requests_of.get(client)
-        if held is None:
-            self._requests_of[client] = {key: None}
-        elif len(held) >= self._client_limit:
+        held = self._requests_of.get(client, 0)
+        if held and held >= self._client_limit:
             self._forget_key(key)
             events = self.core.tick(now)
             held_bytes = self.core.held_bytes()
@@ -665,8 +698,7 @@ class FamilyBroker:
                 RequestRefused(key, service, "client-limit", size, held_bytes, "FAM-07", now)
             )
             return events
-        else:
-            held[key] = None
+        self._requests_of[client] = held + 1
         route.client = client
         return None
 
@@ -722,14 +754,20 @@ class FamilyBroker:
                 self._placed = True
         return out
 
+    def _follow_from_now(self, dialect: Enum) -> None:
+        """The layer of ``dialect`` has had a message: it follows what the core does from now
+        on, in the order of ``_layers``."""
+        engaged = {*self._following, dialect}
+        self._following = {each: self._layers[each] for each in self._layers if each in engaged}
+
     def _note(self, events: list[BrokerEvent], follow: bool = True) -> None:
         """Remember the keys whose request or worker just ended: maybe the core forgot them.
         Layers see what the core did first (``follow``), and add what that makes it do."""
         routes = self._routes
         if not routes:
             return
-        if follow and self._layers:
-            for layer in self._layers.values():
+        if follow and self._following:
+            for layer in self._following.values():
                 layer.follow(events)
         maybe_done, noted = self._maybe_done, _NOTED
         for event in events:
@@ -761,9 +799,10 @@ class FamilyBroker:
                 continue
             client = route.client
             if client is not None:  # FAM-05, FAM-07: no longer counted against it
-                held = requests_of[client]
-                del held[key]
-                if not held:  # as ``_uncount``
+                held = requests_of[client] - 1
+                if held:  # as ``_uncount``
+                    requests_of[client] = held
+                else:
                     del requests_of[client]
                     self._serials.pop(client, None)  # FAM-08: numbered afresh
                 route.client = None
@@ -772,10 +811,11 @@ class FamilyBroker:
                 self._forget_key(next(iter(idle)))
         self._maybe_done.clear()
 
-    def _uncount(self, client: bytes, key: bytes) -> None:
-        held = self._requests_of[client]
-        del held[key]
-        if not held:
+    def _uncount(self, client: bytes) -> None:
+        held = self._requests_of[client] - 1
+        if held:
+            self._requests_of[client] = held
+        else:
             del self._requests_of[client]
             self._serials.pop(client, None)  # FAM-08: numbered afresh
 
@@ -786,7 +826,7 @@ class FamilyBroker:
         self._idle.pop(key, None)
         self.core.set_traits(key, None)
         if route.client is not None:
-            self._uncount(route.client, key)
+            self._uncount(route.client)
         address = (route.connection, route.routing_id)
         keys = self._keys_of[address]
         del keys[key]

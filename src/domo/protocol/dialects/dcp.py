@@ -12,8 +12,10 @@ How DCP maps onto the family core's neutral commands:
   empty part, or many (DCP-21, FAM-10).
 - A client may have several requests in flight (DCP-10). Each is a client of its own to the
   core, keyed by a digest of what the reply must carry back: the type width, the service, the
-  client-address part if the client wrote one, and the metadata parts. The broker keeps those
-  (``reply_context``) and puts them in the reply itself (DCP-08, DCP-09).
+  client-address part if the client wrote one, and the metadata parts (by the width and the
+  service as they are, for a short service with neither address nor metadata: no digest to
+  make). The broker keeps those (``reply_context``) and puts them in the reply itself (DCP-08,
+  DCP-09).
 - A worker is sent, as its request's client address, the core's key of the client: an opaque
   token it copies into its reply (DCP-11, DCP-12). The metadata it is sent are the client's.
 - The broker never pings (DCP-16): the core's HEARTBEAT to a DCP worker is not sent; its
@@ -75,6 +77,7 @@ _RESERVED_PREFIX = b"mmi."
 # A worker key's request key: its type width, so that what it is sent uses the same (DCP-03).
 _WORKER_KEY = b"W"
 _CLIENT_KEY = b"R"
+_PLAIN_KEY = b"P"
 _PRINTABLE = bytes(range(0x20, 0x7F))
 _CLIENT, _REQUEST = Role.CLIENT, Command.REQUEST
 _REGISTERED = (PeerState.IDLE, PeerState.BUSY)
@@ -165,7 +168,8 @@ def _read(message: Sequence[BodyFrame]) -> Reading | tuple[str, str]:
     count = len(message)
     if count < 2:
         return "DCP-02", "no type frame"
-    typed = _read_type(message[1])
+    frame = message[1]
+    typed = _TYPES.get(frame) if frame.__class__ is bytes else _read_type(frame)  # inline
     if typed is None:
         return "DCP-02", f"type frame {bytes(message[1][:8])!r} is not a DCP type in 1 or 4 bytes"
     kind, width = typed
@@ -173,13 +177,18 @@ def _read(message: Sequence[BodyFrame]) -> Reading | tuple[str, str]:
         if count < 3:
             return "DCP-06", "a request without a service"
         service = message[2]
-        if not _valid_name(service):
+        if (  # ``_valid_name``, inline
+            service.__class__ is not bytes
+            or not 0 < len(service) <= MAX_NAME_LENGTH
+            or service.translate(None, _PRINTABLE)
+        ) and not _valid_name(service):
             return "DCP-05", "a service name is 1-255 printable ASCII bytes"
         if count > 4 and not len(message[3]) and not len(message[4]):
             # No address, no metadata: the usual request, keyed without a loop.
             context: tuple[bytes, ...] = (_WIDTH_BYTES[width], b"")
-            hashed = _PLAIN_KEYED[width] + service
             data = tuple(message[5:])
+            # A short service: keyed by its width and service as they are, no digest to make.
+            hashed = b"" if len(service) <= _PLAIN_SERVICE else _PLAIN_KEYED[width] + service
         else:
             split = _split_addressed(message[3:])
             if isinstance(split, str):
@@ -191,7 +200,10 @@ def _read(message: Sequence[BodyFrame]) -> Reading | tuple[str, str]:
         # parts exactly, none included (FAM-10).
         # Both records made as their own ``__new__`` makes them, without that call.
         command = tuple.__new__(CoreCommand, (_CLIENT, _REQUEST, service, b"", data))
-        key = _CLIENT_KEY + blake2b(hashed, digest_size=16).digest()
+        if hashed:
+            key = _CLIENT_KEY + blake2b(hashed, digest_size=16).digest()
+        else:
+            key = _PLAIN_KEYS[width] + service
         return tuple.__new__(Reading, (command, key, context))
     worker = _WORKER_KEYS[width]  # DCP-03: a worker's messages go out in its width
     parts = message[2:]
@@ -271,6 +283,12 @@ _WORKER_KEYS = {width: _WORKER_KEY + code for width, code in _WIDTH_BYTES.items(
 # ``_keyed`` of a request with no address and no metadata, but for its service.
 _PLAIN_KEYED = {width: _keyed((code, b""), b"") for width, code in _WIDTH_BYTES.items()}
 _PINGS = {width: Reading(HEARTBEAT, key) for width, key in _WORKER_KEYS.items()}
+# A request with no address and no metadata is keyed by its width and its service as they are
+# (a prefix no digest's key has, then one width byte: one key for each pair), if the service is
+# this short: a key stays a client address a worker can copy (DCP-11, MDP-D-02).
+_PLAIN_SERVICE = 64
+_REPLIES = {code: type_frame(REPLY, width) for width, code in _WIDTH_BYTES.items()}
+_PLAIN_KEYS = {width: _PLAIN_KEY + code for width, code in _WIDTH_BYTES.items()}
 
 
 def _width_of(request_key: bytes | None) -> int:
@@ -283,6 +301,8 @@ def _encode(route: RouteView, command: CoreCommand, lookup: Lookup) -> Relayed |
     """What the core sends to a DCP peer, in DCP, or None to send nothing."""
     if command.role is Role.CLIENT:  # its FINAL: DCP has no partial replies (DCP-25)
         context = route.context
+        if len(context) == 2 and not context[1]:  # no address, no metadata: the usual reply
+            return (b"", HEADER, _REPLIES[context[0]], route.routing_id, b"", b"", *command.body)
         width = context[0][0] if context else NARROW
         address = context[1] if len(context) > 1 and context[1] else route.routing_id
         return (  # DCP-08, DCP-09; the data parts exactly as they came (DCP-21)

@@ -74,6 +74,10 @@ class Registry:
             return None
         first = frames[0]
         if not first:  # the delimiter first: no envelope, the usual
+            if count > 2 and frames[1].__class__ is bytes and frames[2].__class__ is bytes:
+                found = self._found.get((0, frames[1], frames[2]), _UNASKED)
+                if found is not _UNASKED:  # asked before: the answer remembered
+                    return found
             if count < 2:
                 return None
             at = 0

@@ -75,7 +75,8 @@ class Layer(Protocol):
         ...
 
     def follow(self, events: list[BrokerEvent]) -> None:
-        """What the core did (appending what that makes it do)."""
+        """What the core did (appending what that makes it do); from the layer's first
+        message on (before it, the layer has no peer for the core to act on)."""
         ...
 
     def tick(self, now: float) -> list[BrokerEvent]:
