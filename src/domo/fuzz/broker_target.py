@@ -211,6 +211,7 @@ class _Client:
     # What the MMI answer was judged by: live workers' READY times, registrations' "gone by"
     # times, the window then (judged again with a wider window if the broker ran late).
     mmi_basis: tuple[list[float], list[float], float] | None = None
+    mmi_name: bytes = b""  # the service an mmi.service request asked about
     other_seq: int | None = None  # a second REQUEST on this socket: its reply may come instead
     created: float = field(default_factory=time.monotonic)  # when its socket was made
 
@@ -461,6 +462,12 @@ class BrokerRun:
             again = self.measure_heartbeats()
             if again:
                 measured = min(measured, sum(again) / len(again))
+            # A broker heartbeats an idle worker an interval after its last heartbeat, never
+            # sooner: two heartbeats closer than the limit show an interval within it, and a
+            # mean above it the broker's lateness (starved of CPU for a while: 0.22 s at
+            # 0.1 s under two CPU hogs). A broker at a longer interval has no such gap.
+            shortest = min([*beats, *again[1:]], default=measured)
+            measured = min(measured, shortest)
         self.measured_interval = measured
         if measured > self.timing.heartbeat_gap_limit or measured < interval / 2:
             message = (
@@ -647,6 +654,10 @@ class _Scenario:
         self.overtakes: list[tuple[tuple[bytes, int], tuple[bytes, int], float, float]] = []
 
     # --- bookkeeping -----------------------------------------------------------------------
+
+    def ready_after(self, service: bytes, since: float) -> bool:
+        """Did a worker send READY for ``service`` after ``since``?"""
+        return any(r.service == service and r.ready_at > since for r in self.registrations)
 
     def flag(self, rule: str, explanation: str) -> None:
         self.violations.append(Violation(rule, explanation))
@@ -983,7 +994,7 @@ class _Scenario:
         if which == 2:
             c.mmi_basis = None
         self.run.put(c.sock, mdp.client_request(b"mmi.service", [name]))
-        c.mmi = (frozenset(allowed), due, "MDP-M-01")
+        c.mmi, c.mmi_name = (frozenset(allowed), due, "MDP-M-01"), name
         self.arm("MDP-M-01")
 
     def do(self, step: Step) -> None:
@@ -1613,6 +1624,12 @@ class _Scenario:
                 "client's requests is queued)",
             )
         holder = next((x for x in self.workers if x is not w and x.holding == key), None)
+        if r.state == "held" and holder is not None and self.beats(holder) and not self.beats(w):
+            # ``w`` has told the broker it is gone (DISCONNECT, an unexpected command) or died:
+            # this REQUEST is one the broker sent it before it read that, and the request went
+            # to ``holder`` after. Two sockets read in one pass: the fuzzer may read the later
+            # dispatch first. What reaches ``w`` this late is judged above (MDP-W-13, MDP-H-07).
+            return
         if r.state == "held" and holder is not None and self.beats(holder):
             # Dispatched again while the worker holding it is alive (heartbeating, within
             # its liveness): the broker gave that worker up.
@@ -1751,7 +1768,12 @@ class _Scenario:
                 f"an MMI request was answered with {kind} {answer[:20]!r}, not "
                 f"{' or '.join(repr(a) for a in sorted(allowed))}"
             )
-            if kind != "FINAL" or (answer not in allowed and basis is None):
+            if kind == "FINAL" and answer == b"200" and self.ready_after(c.mmi_name, asked_at):
+                # A READY for that service sent after the question may have reached the broker
+                # first: the two come on two connections, and a fresh one (a new client socket)
+                # waits for its handshake, which a loaded machine delays. Either answer holds.
+                pass
+            elif kind != "FINAL" or (answer not in allowed and basis is None):
                 self.flag(rule, why)
             elif answer not in allowed and basis is not None:
                 # Judged again with the windows of a moment later, and not at all if the
