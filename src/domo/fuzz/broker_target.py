@@ -267,50 +267,20 @@ class _Pacemaker:
         self.registered_at = 0.0
         self.ever_heard = False  # the broker has heartbeated a pacemaker in this run
         self.late_beats: list[tuple[float, float]] = []  # a late heartbeat: began, how late
-        # A client of its own asks the broker mmi.service now and then: half the round trip
-        # is a jitter sample (JitterMeter.round_trip). The heartbeats time the broker's timers;
-        # this times its reading of what peers send, which a broker busy with a backlog does
-        # late while its timers still run on time.
-        self.echo: zmq.Socket[bytes] | None = None
-        self.echo_sent: float | None = None  # the question outstanding: when it was sent
-        self.echo_last = 0.0
-        self.echo_off = False  # a question went unanswered: this broker is not asked again
 
     def register(self) -> None:
-        self.close_worker()
+        self.close()
         self.sockets += 1
         self.sock = self.run._socket(f"fz{self.run.run_id}-pace-{self.sockets}".encode())
         self.run.put(self.sock, mdp.worker_ready(f"fz.{self.run.run_id}.pace".encode()))
         self.last_sent = self.registered_at = time.monotonic()
         self.last_heard = self.last_heartbeat = self.last_drained = None
 
-    def close_worker(self) -> None:
+    def close(self) -> None:
         if self.sock is not None:
             self.run.put(self.sock, _DISCONNECT)
             self.sock.close(linger=0)
             self.sock = None
-
-    def close(self) -> None:
-        self.close_worker()
-        if self.echo is not None:
-            self.echo.close(linger=0)
-            self.echo, self.echo_sent = None, None
-
-    def ask(self, now: float) -> None:
-        """Time a round trip through the broker every other interval, one at a time."""
-        if self.echo_off or self.sock is None:
-            return
-        if self.echo_sent is not None:
-            if now - self.echo_sent > 2 * self.run.timing.probe_timeout:
-                self.echo_off = True  # it does not answer (no MMI at all): stop asking
-            return
-        if now - self.echo_last < 2 * self.run.timing.interval:
-            return
-        if self.echo is None:
-            self.echo = self.run._socket(f"fz{self.run.run_id}-pace-echo".encode())
-        service = f"fz.{self.run.run_id}.pace".encode()
-        self.run.put(self.echo, mdp.client_request(b"mmi.service", [service]))
-        self.echo_sent = self.echo_last = now
 
     def tick(self, now: float) -> None:
         """Heartbeat the broker; register again if the fuzzer itself was too late for that."""
@@ -327,19 +297,10 @@ class _Pacemaker:
         elif now - self.last_sent >= t.interval:
             self.run.put(self.sock, _HEARTBEAT)
             self.last_sent = now
-        self.ask(now)
 
     def drain(self) -> None:
         start = time.monotonic()
-        unread = (
-            self.last_drained is not None and start - self.last_drained > self.run.timing.interval
-        )
-        while self.echo is not None and owner_sock_has(self.echo):
-            self.echo.recv_multipart()  # its answer, whatever it says: the broker read it
-            if self.echo_sent is not None and not unread:
-                self.run.timing.meter.round_trip(start - self.echo_sent, start)
-            self.echo_sent = None
-        if unread:
+        if self.last_drained is not None and start - self.last_drained > self.run.timing.interval:
             # Not read for a while (between scenarios, or the fuzzer stalled): a gap measured
             # across that would be the fuzzer's, not the broker's. What the broker sent
             # meanwhile is read next, so when it last spoke stays known.
@@ -1339,10 +1300,9 @@ class _Scenario:
             poller.register(s, zmq.POLLIN)
         pace = self.run.pacemaker
         pace.tick(time.monotonic())
-        pace_sock, echo = pace.sock, pace.echo
-        for sock in (pace_sock, echo):
-            if sock is not None:
-                poller.register(sock, zmq.POLLIN)
+        pace_sock = pace.sock
+        if pace_sock is not None:
+            poller.register(pace_sock, zmq.POLLIN)
         ready: list[zmq.Socket[bytes]] = list(socks)
         while True:
             pace.drain()
@@ -1368,12 +1328,6 @@ class _Scenario:
                 pace_sock = pace.sock
                 if pace_sock is not None:
                     poller.register(pace_sock, zmq.POLLIN)
-            if pace.echo is not echo:  # its round-trip socket made or closed
-                if echo is not None:
-                    poller.unregister(echo)
-                echo = pace.echo
-                if echo is not None:
-                    poller.register(echo, zmq.POLLIN)
             self.timers(now)
             due = [until, pace.last_sent + self.t.interval]
             for w in self.workers:

@@ -10,9 +10,7 @@ sample, each a number of seconds a message or a wake-up came later than it shoul
 - ``heartbeat``: the spread of the target's heartbeat arrivals: how far one heartbeat-to-heartbeat
   gap is from the median of the recent ones (a peer heartbeating regularly at a wrong interval
   has no spread, so it cannot widen the windows that judge it);
-- ``round_trip``: half the first probe's round trip (a fresh worker and client), and half that of
-  the broker pacemaker's ``mmi.service`` question, asked every other interval (the broker's
-  reading of its input, which lags behind a backlog while its timers still run on time).
+- ``round_trip``: half the first probe's round trip (a fresh worker and client).
 
 The jitter is the largest sample of the last ``horizon`` seconds (never less than ``floor``, never
 more than ``cap``): a stall seen a moment ago widens the windows judged now. The fuzzer drains
