@@ -5,7 +5,9 @@ its handshake, and a loaded machine delays that; the fuzzer reads two sockets th
 in a fixed order, not in the order the broker sent to them. Under two CPU hogs that gave false
 findings against domo's own broker (issue 28): an MMI answer of 200 for a service whose READY was
 sent just after the question (MDP-M-01), and a request the broker had sent a worker just before
-reading its DISCONNECT taken for a second dispatch after it went to another worker (MDP-H-05).
+reading its DISCONNECT taken for a second dispatch after it went to another worker (MDP-H-05),
+and a FINAL a worker sent before any request, forwarded as the reply to a request its client
+sent just after (MDP-W-15).
 
 Here a relay between the fuzzer and ``domo broker`` (real sockets, real subprocess) holds one
 peer's messages back for a fixed time, so that the order the load made happen by chance happens
@@ -148,5 +150,18 @@ def test_a_request_sent_to_a_worker_before_its_disconnect_was_read_is_no_second_
         Step("ready", 0, 0),
         Step("wait", 0, 2),
     ]
+    for _ in range(3):
+        assert _play(endpoint, steps) == []
+
+
+@pytest.mark.timeout(60)
+def test_a_request_sent_after_a_stray_final_may_make_it_expected(
+    relayed: Callable[..., str],
+) -> None:
+    """w0 sends READY s0 and then a FINAL for c0, which has asked nothing (unexpected: MDP-W-15
+    wants a DISCONNECT); then c0 asks s0. w0's connection is the slower: the broker takes c0's
+    request first, gives it to w0, and forwards w0's FINAL as its reply, as it must."""
+    endpoint = relayed(lambda peer: b"-w0-" in peer, lambda peer: False)
+    steps = [Step("ready", 0, 0), Step("unexpected", 0, 1), Step("request", 0, 0)]
     for _ in range(3):
         assert _play(endpoint, steps) == []

@@ -247,6 +247,9 @@ class _Token:
     forbidden: str = ""  # the rule broken if it is forwarded at all
     kind: str = "FINAL"  # or PARTIAL
     sent_at: float = field(default_factory=time.monotonic)
+    # A stray reply sent before the broker had answered its worker's socket (its connection
+    # not certainly up): the service of that worker, whose requests sent later may come first.
+    unsure_for: bytes | None = None
 
 
 class _Pacemaker:
@@ -266,6 +269,7 @@ class _Pacemaker:
         self.last_drained: float | None = None
         self.registered_at = 0.0
         self.ever_heard = False  # the broker has heartbeated a pacemaker in this run
+        self.heard_at = 0.0  # when a pacemaker last heard the broker (kept across registrations)
         self.late_beats: list[tuple[float, float]] = []  # a late heartbeat: began, how late
 
     def register(self) -> None:
@@ -324,12 +328,12 @@ class _Pacemaker:
                         self.late_beats.append((now - gap, gap - t.interval))
                         del self.late_beats[:-50]
                 self.last_heartbeat = now
-                self.last_heard = now
+                self.last_heard = self.heard_at = now
                 self.ever_heard = True
             elif list(frames[:2]) == list(_DISCONNECT):
                 self.register()
             else:
-                self.last_heard, self.last_heartbeat = now, None
+                self.last_heard, self.last_heartbeat, self.heard_at = now, None, now
 
     def lag_since(self, since: float) -> float:
         """How late the broker ran (its heartbeats to the pacemaker overdue) at worst since
@@ -353,8 +357,15 @@ class _Pacemaker:
         t = self.run.timing
         if self.last_heard is not None:
             return now - self.last_heard > t.interval + t.slack
+        # Registered anew: overdue counted from when the broker last spoke to a pacemaker, not
+        # from the registration, which the broker's silence may have caused (a broker that did
+        # not run for 2.5 s under two CPU hogs made it register again, and the next interval
+        # plus slack was judged as if the broker ran).
         waited = now - self.registered_at
-        return self.ever_heard and t.interval + t.slack < waited < t.dead_after + t.interval
+        silent = now - max(self.heard_at, self.registered_at - t.dead_after - t.interval)
+        return (
+            self.ever_heard and t.interval + t.slack < silent and waited < t.dead_after + t.interval
+        )
 
 
 @dataclass
@@ -646,6 +657,7 @@ class _Scenario:
         self.unsure: dict[bytes, float] = {}
         self.registrations: list[_Registration] = []  # every READY the broker took
         self.senders: dict[bytes, _Worker] = {}  # a reply's token -> the worker that sent it
+        self.strays: dict[bytes, _Worker] = {}  # the same, for stray replies sent unsure
         # Findings about something that came too late, judged again an interval later with
         # the windows then: a broker that stalled a moment ago shows it in the pacemaker's
         # next heartbeat, which may be read after the late message itself.
@@ -1259,7 +1271,13 @@ class _Scenario:
     def send_stray(self, w: _Worker, code: bytes, c: _Client, rule: str) -> None:
         token = self.token_prefix + str(len(self.tokens)).encode()
         seq = c.outstanding[1] if c.outstanding is not None else 0
-        self.tokens[token] = _Token(c.address, seq, False, (token,), forbidden=rule)
+        # Only a registered worker's (its READY on this socket): the broker may dispatch to it.
+        unsure = w.service if w.registered and self.connected_at(w) is None else None
+        self.tokens[token] = _Token(
+            c.address, seq, False, (token,), forbidden=rule, unsure_for=unsure
+        )
+        if unsure is not None:
+            self.strays[token] = w
         self.send(w, [mdp.WORKER_HEADER, code, self.opaque(c.address), b"", token])
         self.arm(rule)
 
@@ -1823,6 +1841,30 @@ class _Scenario:
         sender = self.senders.get(token)
         if sender is not None:
             self.resolve_silence(sender, alive=True)  # the broker still took its replies
+        if origin.forbidden and origin.unsure_for is not None:
+            # A request of this client for that worker's service, sent after the stray reply
+            # on another connection, may have reached the broker first (the worker's fresh
+            # connection the slower, seen under two CPU hogs): then the worker was busy with
+            # it and its FINAL is that request's reply.
+            later = [
+                (key, q)
+                for key, q in self.requests.items()
+                if key[0] == c.address
+                and q.service == origin.unsure_for
+                and q.sent_at > origin.sent_at
+                and q.state != "done"
+            ]
+            if later:
+                key, taken = later[0]
+                taken.state = "done"
+                if c.outstanding is not None and c.outstanding[1] == key[1]:
+                    c.outstanding = None
+                stray = self.strays.get(token)
+                if stray is not None and stray.expect_disconnect_since is not None:
+                    # No DISCONNECT is owed for a reply taken as expected: left, not judged.
+                    self.unsure[stray.service] = time.monotonic() + self.t.dead_after
+                    self.retire(stray)
+                return
         if origin.forbidden:
             self.flag(
                 origin.forbidden,
