@@ -792,6 +792,10 @@ class _Steps:
         listened = any(
             b"default" in w.queues for w in self.s.workers if w.state in ("ready", "informing")
         )
+        if self.s.shares_default and not listened and rng.random() < 0.3:
+            # The default queue alone: half of these INFORMs name it as "" (EMQP-03), which a
+            # worker of the scenario's own queues too never sends.
+            return (b"default",)
         if self.s.shares_default and (not listened or rng.random() < 0.2):
             chosen.append(b"default")
         return tuple(chosen)

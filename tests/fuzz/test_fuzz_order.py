@@ -1,0 +1,167 @@
+"""The broker oracle judges what arrives on two connections without assuming their order.
+
+Messages on two sockets have no order between them: a fresh connection's first messages wait for
+its handshake, and a loaded machine delays that; the fuzzer reads two sockets that are both ready
+in a fixed order, not in the order the broker sent to them. Under two CPU hogs that gave false
+findings against domo's own broker (issue 28): an MMI answer of 200 for a service whose READY was
+sent just after the question (MDP-M-01), and a request the broker had sent a worker just before
+reading its DISCONNECT taken for a second dispatch after it went to another worker (MDP-H-05),
+and a FINAL a worker sent before any request, forwarded as the reply to a request its client
+sent just after (MDP-W-15).
+
+Here a relay between the fuzzer and ``domo broker`` (real sockets, real subprocess) holds one
+peer's messages back for a fixed time, so that the order the load made happen by chance happens
+every time; each scenario breaks no rule and the oracle must say so.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+
+import pytest
+import zmq
+
+from domo.fuzz import Step
+from domo.fuzz.broker_target import BrokerRun, Timing
+
+from .conftest import INTERVAL, LIVENESS
+
+HOLD = 0.03  # seconds the relay holds a chosen peer's messages back
+
+
+class _Relay:
+    """A ROUTER for the fuzzer's peers, one DEALER per peer toward the broker; messages from a
+    peer for which ``slow_in(identity)`` holds, or to one for which ``slow_out(identity)`` holds,
+    are held ``HOLD`` seconds (in order) before they go on."""
+
+    def __init__(
+        self, backend: str, slow_in: Callable[[bytes], bool], slow_out: Callable[[bytes], bool]
+    ) -> None:
+        self.backend, self.slow_in, self.slow_out = backend, slow_in, slow_out
+        self.context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+        self.front = self.context.socket(zmq.ROUTER)
+        self.front.setsockopt(zmq.LINGER, 0)
+        self.front.bind("tcp://127.0.0.1:0")
+        self.endpoint = self.front.getsockopt_string(zmq.LAST_ENDPOINT)
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        poller = zmq.Poller()
+        poller.register(self.front, zmq.POLLIN)
+        dealers: dict[bytes, zmq.Socket[bytes]] = {}
+        peers: dict[zmq.Socket[bytes], bytes] = {}
+        held: list[tuple[float, zmq.Socket[bytes], list[bytes]]] = []  # (due, to, frames)
+        try:
+            while not self.stop.is_set():
+                now = time.monotonic()
+                while held and held[0][0] <= now:
+                    _, due_to, due_frames = held.pop(0)
+                    due_to.send_multipart(due_frames)
+                wait = 10 if not held else max(0, int((held[0][0] - now) * 1000)) + 1
+                for sock, _ in poller.poll(min(wait, 10)):
+                    frames = sock.recv_multipart()
+                    if sock is self.front:
+                        identity, *frames = frames
+                        if identity not in dealers:
+                            dealer = self.context.socket(zmq.DEALER)
+                            dealer.setsockopt(zmq.LINGER, 0)
+                            dealer.setsockopt(zmq.ROUTING_ID, identity)
+                            dealer.connect(self.backend)
+                            dealers[identity], peers[dealer] = dealer, identity
+                            poller.register(dealer, zmq.POLLIN)
+                        to = dealers[identity]
+                        slow = self.slow_in(identity)
+                    else:
+                        identity, to = peers[sock], self.front
+                        frames = [identity, *frames]
+                        slow = self.slow_out(identity)
+                    if slow:  # one peer's messages all wait as long: their order stays
+                        held.append((time.monotonic() + HOLD, to, frames))
+                    else:
+                        to.send_multipart(frames)
+        finally:
+            self.context.destroy(linger=0)
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join(timeout=5)
+
+
+@pytest.fixture
+def domo_broker(start_broker: Callable[[list[str]], str]) -> str:
+    return start_broker(
+        [sys.executable, "-m", "domo", "broker", "--bind", "tcp://127.0.0.1:0",
+         "--heartbeat-interval", str(INTERVAL), "--liveness", str(LIVENESS),
+         "--log-level", "error"]
+    )  # fmt: skip
+
+
+@pytest.fixture
+def relayed(domo_broker: str) -> Iterator[Callable[..., str]]:
+    relays: list[_Relay] = []
+
+    def start(slow_in: Callable[[bytes], bool], slow_out: Callable[[bytes], bool]) -> str:
+        relay = _Relay(domo_broker, slow_in, slow_out)
+        relays.append(relay)
+        return relay.endpoint
+
+    yield start
+    for relay in relays:
+        relay.close()
+
+
+def _play(endpoint: str, steps: list[Step]) -> list[str]:
+    run = BrokerRun(endpoint, Timing(INTERVAL, LIVENESS))
+    try:
+        return [f"{v.rule}: {v.explanation}" for v in run.run(steps)]
+    finally:
+        run.close()
+
+
+@pytest.mark.timeout(60)
+def test_a_ready_sent_after_an_mmi_question_may_reach_the_broker_first(
+    relayed: Callable[..., str],
+) -> None:
+    """c0 asks mmi.service about s0, then w1 sends READY s0; c0's connection is the slower:
+    the broker takes the READY first and answers 200, as it must (MDP-M-01)."""
+    endpoint = relayed(lambda peer: b"-c0" in peer, lambda peer: False)
+    steps = [Step("mmi", 0, 0), Step("ready", 1, 0), Step("wait", 0, 2)]
+    for _ in range(3):  # three times: the order is the relay's, not chance
+        assert _play(endpoint, steps) == []
+
+
+@pytest.mark.timeout(60)
+def test_a_request_sent_to_a_worker_before_its_disconnect_was_read_is_no_second_dispatch(
+    relayed: Callable[..., str],
+) -> None:
+    """c0's request waits for s0; w1 sends READY s0 and DISCONNECT at once, w0 READY s0. The
+    broker sends the request to w1, reads its DISCONNECT, sends it to w0 (MDP-S-01); what goes to
+    w1 comes later (its connection is the slower), after w0 has it: w0 was not given up."""
+    endpoint = relayed(lambda peer: False, lambda peer: b"-w1-" in peer)
+    steps = [
+        Step("request", 0, 0),
+        Step("wait", 0, 1),
+        Step("disconnect", 1, 0),
+        Step("ready", 0, 0),
+        Step("wait", 0, 2),
+    ]
+    for _ in range(3):
+        assert _play(endpoint, steps) == []
+
+
+@pytest.mark.timeout(60)
+def test_a_request_sent_after_a_stray_final_may_make_it_expected(
+    relayed: Callable[..., str],
+) -> None:
+    """w0 sends READY s0 and then a FINAL for c0, which has asked nothing (unexpected: MDP-W-15
+    wants a DISCONNECT); then c0 asks s0. w0's connection is the slower: the broker takes c0's
+    request first, gives it to w0, and forwards w0's FINAL as its reply, as it must."""
+    endpoint = relayed(lambda peer: b"-w0-" in peer, lambda peer: False)
+    steps = [Step("ready", 0, 0), Step("unexpected", 0, 1), Step("request", 0, 0)]
+    for _ in range(3):
+        assert _play(endpoint, steps) == []
