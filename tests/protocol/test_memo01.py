@@ -488,6 +488,28 @@ def test_memo_16_identical_job_while_outstanding_runs_once_every_context_gets_re
     assert token(2) in replies(broker)
 
 
+def test_a_finished_jobs_route_is_forgotten_not_kept_idle() -> None:
+    """A memo01 job's key names that job alone (an NNG token is never used again), so when the
+    job is over its route goes; only peers' routes are kept idle for their next request
+    (REQREP-06). Kept idle, every job's route stayed until 4,096 of them filled the bound: about
+    3 MiB of the broker's RSS after a flood (issue 27)."""
+    broker = make()
+    new_worker(broker, token(1), "svc")
+    ident = worker_id(broker)
+    replies(broker)
+    base_idle, base_keys = broker.idle(), broker.keys()
+    held = token(1)
+    for n in range(20):
+        client = token(100 + n, pipe=2)
+        broker.receive(client, [job("svc", b"%d" % n)], 0.1 + n / 100, NNG)
+        got = replies(broker)
+        assert got[held] == Memo01Message(J, ident, b"%d" % n, service="svc", timeout_ms=5000)
+        held = token(200 + n)
+        broker.receive(held, [encode(T, ident, b"R%d" % n)], 0.105 + n / 100, NNG)
+        assert replies(broker) == {client: Memo01Message(T, b"", b"R%d" % n)}
+        assert (broker.idle(), broker.keys()) == (base_idle, base_keys), n
+
+
 def test_memo_17_newer_message_supersedes_the_held_context() -> None:
     """MEMO-17."""
     broker = make()

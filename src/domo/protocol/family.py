@@ -203,6 +203,7 @@ class PeerRoute:
         "dialect",
         "envelope",
         "layer",
+        "once",
         "request_key",
         "routing_id",
         "service",
@@ -230,6 +231,9 @@ class PeerRoute:
         # For a client's request key: the client it counts against (FAM-05, FAM-07).
         self.client: bytes | None = None
         self.layer: Layer | None = None  # the stateful dialect's layer that encodes for it
+        # The key names one request alone (a memo01 job's): forgotten when it is over, not kept
+        # idle for a next request that cannot come (REQREP-06's idle keys are for peers).
+        self.once = False
 
 
 class FamilyBroker:
@@ -806,6 +810,9 @@ class FamilyBroker:
                     del requests_of[client]
                     self._serials.pop(client, None)  # FAM-08: numbered afresh
                 route.client = None
+            if route.once:
+                self._forget_key(key)
+                continue
             idle[key] = None  # REQREP-06: kept for the peer's next request, bounded
             if len(idle) > IDLE_KEYS:
                 self._forget_key(next(iter(idle)))

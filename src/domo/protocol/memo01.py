@@ -323,6 +323,9 @@ class Memo01Broker(FamilyBroker):
         body = payload_to_body(message.payload)
         before = len(events)
         self._feed(job.rid, connection, (*frames, *body), now, events)
+        route = self._routes.get(key)
+        if route is not None:  # its rid is never used again: no idle route is kept for it
+            route.once = True
         if not any(
             isinstance(e, RequestQueued | MmiReplied) and e.client == key for e in events[before:]
         ):
