@@ -739,6 +739,12 @@ class Memo01Broker(FamilyBroker):
         command = frames[1]
         message: bytes | None
         if command == mdp.W_REQUEST:
+            if index != worker.busy or frames[2] != worker.client_key:
+                # MEMO-11: a REQUEST to a seat the layer withdrew after the core had dispatched
+                # to it (two seats of one worker got jobs in one go: `_requeue_lost`). The core
+                # took that job back with the seat and re-dispatches it; the worker's one job
+                # is the one its busy seat holds, so this stale REQUEST is not its JOB.
+                return []
             worker.client = bytes(frames[2])
             job = self._jobs.get(frames[2]) if isinstance(frames[2], bytes) else None
             timeout = job.timeout if job is not None else self.memo.job_timeout
