@@ -642,11 +642,15 @@ class Memo01Broker(FamilyBroker):
             return
         worker, index = seat
         if worker.busy is not None:
-            # Two seats got jobs before the first was withdrawn: hand this one back (the core
-            # re-dispatches it, MDP-D-08).
-            worker.seated.discard(index)
-            self._quiet.add(event.worker)
-            self._feed(worker.seat(index), worker.connection, mdp.DISCONNECT_FRAMES, now, events)
+            # Two seats got jobs in one go (the core's batch): the first kept its job and
+            # withdrew this seat, so the core has taken this job back already (MDP-D-08; its
+            # REQUEST is not translated, `_to_memo`). Were it still seated, hand it back now.
+            if index in worker.seated:
+                worker.seated.discard(index)
+                self._quiet.add(event.worker)
+                self._feed(
+                    worker.seat(index), worker.connection, mdp.DISCONNECT_FRAMES, now, events
+                )
             return
         worker.busy = index
         worker.client_key = event.client
