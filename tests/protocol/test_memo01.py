@@ -242,6 +242,53 @@ def test_memo_11_service_set_worker_serves_each_service_one_job_at_a_time() -> N
     assert (NNG, token(2), (encode(J, ident, b"two", service="a", timeout_ms=60000),)) in sent
 
 
+@pytest.mark.parametrize("echo_late", [False, True], ids=["request-held", "awaiting-echo"])
+def test_memo_11_two_seats_dispatched_at_once_the_worker_runs_its_busy_seats_job(
+    echo_late: bool,
+) -> None:
+    """MEMO-11, MEMO-05 (issue 23): two workers expire together with a job each (given while
+    they awaited a HEARTBEAT echo), and the core re-dispatches both jobs in one go to the two
+    seats of one service-set worker. The layer keeps the first seat and withdraws the other, so
+    the core takes that job back; the REQUEST it had already queued to the withdrawn seat is
+    stale. It was translated all the same: it replaced the worker's JOB and client, so the
+    worker was sent the job taken back (then run elsewhere too) while the kept job's clock
+    started unsent, or its RESULT went to the other job's client (MDP-D-13) and was lost."""
+    broker = make()
+    new_worker(broker, token(1, pipe=1), "a")  # X1 and X2: silent from here on
+    new_worker(broker, token(1, pipe=2), "b")
+    new_worker(broker, token(1, pipe=3), "a", "b")  # W
+    w = list(broker.memo_workers())[2]
+    broker.tick(1.0)
+    replies(broker)  # HEARTBEAT to all three
+    broker.receive(token(2, pipe=3), [encode(H, w)], 1.0, NNG)
+    broker.receive(b"C0", [C02, b"\x01", b"a", b"zero"], 1.1)  # to X1 (idle longest)
+    broker.receive(b"C1", [C02, b"\x01", b"b", b"one"], 1.2)  # to X2
+    assert replies(broker) == {}  # both JOBs wait for echoes that never come
+    broker.tick(2.0)
+    assert list(replies(broker)) == [token(2, pipe=3)]  # HEARTBEAT to W
+    if not echo_late:
+        broker.receive(token(3, pipe=3), [encode(H, w)], 2.0, NNG)
+    events = broker.tick(3.0)  # X1 and X2 expire: both jobs go to W's two seats
+    assert sum(isinstance(e, RequestDispatched) and w in e.worker for e in events) == 2
+    # The seat given back is withdrawn once: no second DISCONNECT, dropped by the core as
+    # "from a silenced peer" (a false alarm in the broker's log).
+    assert not any(isinstance(e, MessageDropped) for e in events)
+    sent = replies(broker)
+    if echo_late:
+        assert sent == {}
+        broker.receive(token(3, pipe=3), [encode(H, w)], 3.5, NNG)  # the echo: now the JOB
+        sent = replies(broker)
+    # One JOB, for the job W's busy seat holds (the later one's service went first).
+    assert sent == {token(3, pipe=3): Memo01Message(J, w, b"one", service="b", timeout_ms=60000)}
+    events = broker.receive(token(4, pipe=3), [encode(T, w, b"ONE")], 3.6, NNG)
+    assert not any(isinstance(e, ProtocolViolation) for e in events)
+    after = out(broker)
+    assert (0, b"C1", (C02, b"\x03", b"b", b"ONE")) in after  # MEMO-05: its job's FINAL
+    # The job taken back waited in its queue for W, which gets it on its next request.
+    job = encode(J, w, b"zero", service="a", timeout_ms=60000)
+    assert (NNG, token(4, pipe=3), (job,)) in after
+
+
 def test_memo_11_lru_across_workers_of_a_set() -> None:
     """MEMO-11."""
     broker = make()

@@ -8,7 +8,8 @@ that knows only the spec (``specs/memo01.md``), not the broker's tables:
 - a JOB goes only to a worker that is waiting (its request held), not busy, and serves the
   service; the job is one a client sent and nobody is running (MEMO-11, MEMO-16);
 - a RESULT reaches a client only with what the worker answered for that very job, and only
-  before the job's deadline (MEMO-05, MEMO-13, MEMO-14);
+  before the job's deadline (MEMO-05, MEMO-13, MEMO-14); one the worker sends before that
+  deadline does reach it, at once (MEMO-05);
 - a job's context is released without a reply only when the job expired in its queue, passed
   its deadline or used up its re-dispatches (MEMO-18, MDP-C-11, MDP-D-08);
 - a waiting worker is answered HEARTBEAT only when idle (MEMO-12, MEMO-15), and no job waits
@@ -20,6 +21,7 @@ that knows only the spec (``specs/memo01.md``), not the broker's tables:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import cast
 
 import pytest
 
@@ -121,7 +123,11 @@ class Memo01Machine(RuleBasedStateMachine):
                 if job is not None:
                     self.core_keys[event.client] = job
             elif isinstance(event, RequestDispatched) and event.client in self.core_keys:
-                self.core_keys[event.client].dispatches = event.attempt
+                # The highest attempt, not the last event's: the layer reports what it made the
+                # core do amid the core's own events, so a dispatch to a seat it had just
+                # withdrawn (MEMO-11) can come after the job's re-dispatch (issue 23).
+                job = self.core_keys[event.client]
+                job.dispatches = max(job.dispatches, event.attempt)
 
     def drain(self) -> None:
         """Check what the broker sent; peers answer HEARTBEAT and DISCONNECT at once."""
@@ -255,7 +261,10 @@ class Memo01Machine(RuleBasedStateMachine):
         message = encode(MessageType.RESULT, worker.ident, worker.result, leaving=leaving or None)
         if leaving:
             worker.leaving = True
+        in_time = job.deadline is not None and self.model.now < job.deadline - 1e-9
         self.send_worker(worker, message)
+        if in_time:  # MEMO-05: the busy worker's RESULT is its job's FINAL
+            assert job.done, "a RESULT in time never reached its client (MEMO-05)"
 
     def idle(self) -> list[Worker]:
         return [
@@ -328,3 +337,74 @@ class Memo01Machine(RuleBasedStateMachine):
 
 Memo01Machine.TestCase.settings = settings(max_examples=150, stateful_step_count=40, deadline=None)
 test_memo01_state_machine = Memo01Machine.TestCase
+
+
+# -- regressions: runs Hypothesis found (issue 23), replayed step by step ---------------------
+
+
+class _Pick:
+    """A rule's ``data`` that draws the one value the replay names."""
+
+    def __init__(self, value: object) -> None:
+        self.value = value
+
+    def draw(self, strategy: object) -> object:
+        return self.value
+
+
+def _step(machine: Memo01Machine) -> None:
+    machine.work_is_conserved()
+    machine.nothing_goes_to_a_worker_long_silent()
+
+
+def _two_lost_jobs(machine: Memo01Machine, *also: set[str]) -> list[Worker]:
+    """X1 {a} and X2 {b} fall silent, each is given a job while it awaits its HEARTBEAT's
+    echo; at their expiry the core hands both jobs in one go to W {a, b}'s two seats."""
+    for services in ({"a"}, {"b"}, {"a", "b"}, *also):
+        machine.add_worker(services)
+        _step(machine)
+    x1, x2 = machine.model.workers[:2]
+    machine.crash(cast(st.DataObject, _Pick(x1)))
+    machine.crash(cast(st.DataObject, _Pick(x2)))
+    machine.advance(1.1)  # HEARTBEATs; only W (and the others) echo
+    _step(machine)
+    machine.submit("a", 20000)  # to X1, idle longest: its JOB waits for an echo
+    machine.submit("b", 20000)  # to X2, likewise
+    _step(machine)
+    return machine.model.workers
+
+
+def test_a_result_goes_to_its_jobs_client_after_two_seats_got_jobs_at_once() -> None:
+    """MEMO-11, MEMO-05: W runs the job of the seat it kept; its RESULT is that job's. The
+    REQUEST already queued to the seat it gave back became its JOB and client before the fix:
+    the RESULT went as the other job's FINAL (MDP-D-13) and was lost, and the model, which did
+    not check a RESULT in time arrives, only saw it later as "a job running elsewhere"."""
+    machine = Memo01Machine()
+    w = _two_lost_jobs(machine)[2]
+    machine.advance(2.5)  # t=3.6: X1 and X2 expire, both jobs go to W
+    _step(machine)
+    assert w.job is not None
+    assert w.job.service == "b"
+    machine.finish(cast(st.DataObject, _Pick(w)), leaving=False)
+    _step(machine)
+    assert w.job is not None
+    assert w.job.service == "a"
+    machine.teardown()
+
+
+def test_a_dispatch_reported_after_the_jobs_redispatch_still_counts() -> None:
+    """MDP-D-08 as the model reads it: the job given back by W's withdrawn seat (attempt 2)
+    is re-dispatched at once to V (attempt 3), and the layer reports that before the core's
+    dispatch to W's seat. V, silent, expires with the JOB unsent: the job's third loss by
+    the core's count ends it (`redispatch-limit`). The model took the last event's attempt
+    (2) and called the release "without cause", the lead's trace of issue 23."""
+    machine = Memo01Machine()
+    v = _two_lost_jobs(machine, {"a"})[3]
+    machine.crash(cast(st.DataObject, _Pick(v)))  # after its echo: it awaits the next one
+    for _ in range(3):  # t=2.2, 3.3 (X1, X2 expire), 4.4 (V expires)
+        machine.advance(1.1)
+        _step(machine)
+    (job,) = (job for job in machine.model.jobs.values() if job.service == "a")
+    assert job.done
+    assert job.dispatches == 3
+    machine.teardown()

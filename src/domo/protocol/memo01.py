@@ -645,11 +645,15 @@ class Memo01Broker(FamilyBroker):
             return
         worker, index = seat
         if worker.busy is not None:
-            # Two seats got jobs before the first was withdrawn: hand this one back (the core
-            # re-dispatches it, MDP-D-08).
-            worker.seated.discard(index)
-            self._quiet.add(event.worker)
-            self._feed(worker.seat(index), worker.connection, mdp.DISCONNECT_FRAMES, now, events)
+            # Two seats got jobs in one go (the core's batch): the first kept its job and
+            # withdrew this seat, so the core has taken this job back already (MDP-D-08; its
+            # REQUEST is not translated, `_to_memo`). Were it still seated, hand it back now.
+            if index in worker.seated:
+                worker.seated.discard(index)
+                self._quiet.add(event.worker)
+                self._feed(
+                    worker.seat(index), worker.connection, mdp.DISCONNECT_FRAMES, now, events
+                )
             return
         worker.busy = index
         worker.client_key = event.client
@@ -742,6 +746,12 @@ class Memo01Broker(FamilyBroker):
         command = frames[1]
         message: bytes | None
         if command == mdp.W_REQUEST:
+            if index != worker.busy or frames[2] != worker.client_key:
+                # MEMO-11: a REQUEST to a seat the layer withdrew after the core had dispatched
+                # to it (two seats of one worker got jobs in one go: `_requeue_lost`). The core
+                # took that job back with the seat and re-dispatches it; the worker's one job
+                # is the one its busy seat holds, so this stale REQUEST is not its JOB.
+                return []
             worker.client = bytes(frames[2])
             job = self._jobs.get(frames[2]) if isinstance(frames[2], bytes) else None
             timeout = job.timeout if job is not None else self.memo.job_timeout
