@@ -138,6 +138,12 @@ def peer_key(
 _NAMES: dict[Enum, bytes] = {}  # a dialect's name as a peer key has it, length-prefixed
 
 
+def _address(connection: int, peer: bytes) -> bytes | tuple[int, bytes]:
+    """A routing id on a connection, as ``FamilyBroker._keys_of`` holds it: the routing id
+    alone on connection 0 (a bytes never equals a tuple)."""
+    return peer if connection == 0 else (connection, peer)
+
+
 def _numbered(serial: int) -> tuple[bytes, bytes]:
     """The request key of a client's request number ``serial`` (FAM-08), and what it adds to
     its client's peer key (``request_key_of``)."""
@@ -255,13 +261,19 @@ class FamilyBroker:
         self.config = self.core.config
         self.registry = registry  # the dialects this broker speaks, in detection order
         self._routes: dict[bytes, PeerRoute] = {}  # peer key -> route
-        # (connection, routing id) -> the peer keys behind it
-        self._keys_of: dict[tuple[int, bytes], dict[bytes, None]] = {}
+        # The peer keys behind each (connection, routing id), by ``_address``: one key as itself,
+        # several in a dict (made per peer and kept, so no record the collector must follow).
+        self._keys_of: dict[bytes | tuple[int, bytes], bytes | dict[bytes, None]] = {}
         self._maybe_done: dict[bytes, None] = {}  # keys to forget once their messages are out
         self._idle: dict[
             bytes, None
         ] = {}  # routes kept for their peers' next request, oldest first
         self._key_cache: dict[tuple[int, bytes, tuple[bytes, ...], Enum], bytes] = {}
+        # The same for a peer with no envelope on connection 0, the usual: routing id -> key,
+        # per dialect (bytes alone: no tuple kept per peer for the collector to follow).
+        self._plain_keys: dict[Enum, dict[bytes, bytes]] = {
+            codec.dialect: {} for codec in registry.codecs
+        }
         self._withheld: list[int] = []  # core outbox indexes of the last outbox not sent at all
         # Messages a dialect's ``answer`` sends, ahead of the core's next outbox.
         self._answers: list[Outgoing] = []
@@ -338,9 +350,17 @@ class FamilyBroker:
                 split = codec.request_key(message)
                 if split is not None:
                     request_key, message = split
-        own = self._key_cache.get((connection, peer, envelope, codec.dialect))
-        if own is None:
-            own = self._key_of(peer, envelope, codec.dialect, connection)
+        if hops or connection:
+            own = self._key_cache.get((connection, peer, envelope, codec.dialect))
+            if own is None:
+                own = self._key_of(peer, envelope, codec.dialect, connection)
+        else:
+            plain = self._plain_keys[codec.dialect]
+            own = plain.get(peer)
+            if own is None:
+                if len(plain) >= _KEY_CACHE:
+                    plain.clear()
+                own = plain[peer] = peer_key(peer, (), codec.dialect)
         client = None
         key = own
         if request_key is not None:
@@ -382,7 +402,7 @@ class FamilyBroker:
                         return refused
             if not parked:
                 self._routes[key] = route
-                self._keys_of.setdefault((connection, peer), {})[key] = None
+                self._keep_behind(connection, peer, key)
                 traits = self._traits.get(codec.dialect)  # ``_traits_of``, inline
                 self.core.set_traits(key, traits or self._traits_of(codec))
             self._maybe_done[key] = None  # a first message that was refused leaves nothing
@@ -506,7 +526,7 @@ class FamilyBroker:
         taken from this broker."""
         at = self._core_index(unsent)
         events = self.core.peer_unreachable(peer, now, unsent=at) if connection == 0 else []
-        for key in list(self._keys_of.get((connection, peer), ())):
+        for key in self._behind(connection, peer):
             if key in self._idle:
                 self._forget_key(key)  # a peer that holds nothing and is gone: forgotten
             else:
@@ -523,7 +543,7 @@ class FamilyBroker:
         congested."""
         at = self._core_index(unsent)
         events = self.core.peer_congested(peer, now, unsent=at) if connection == 0 else []
-        for key in list(self._keys_of.get((connection, peer), ())):
+        for key in self._behind(connection, peer):
             events += self.core.peer_congested(key, now, unsent=at)
         self._note(events)
         return events
@@ -563,7 +583,7 @@ class FamilyBroker:
         """Whether routing id ``peer`` on ``connection`` is a registered worker (any dialect)
         that holds nothing as a client (MDP-A-02): every message to it is then a worker's."""
         core = self.core
-        keys = list(self._keys_of.get((connection, peer), ()))
+        keys = self._behind(connection, peer)
         if connection == 0:
             keys.append(peer)
         serving = False
@@ -620,7 +640,7 @@ class FamilyBroker:
             route = PeerRoute(peer, (), codec.dialect, connection, request_key, codec)
             route.layer = self._layers.get(codec.dialect)
             self._routes[key] = route
-            self._keys_of.setdefault((connection, peer), {})[key] = None
+            self._keep_behind(connection, peer, key)
             self._maybe_done[key] = None
             own = self._traits_of(codec) if traits is None else replace(traits, neutral=True)
             self.core.set_traits(key, own)
@@ -827,11 +847,32 @@ class FamilyBroker:
         self.core.set_traits(key, None)
         if route.client is not None:
             self._uncount(route.client)
-        address = (route.connection, route.routing_id)
+        address = _address(route.connection, route.routing_id)
         keys = self._keys_of[address]
-        del keys[key]
-        if not keys:
+        if isinstance(keys, bytes):  # its only key
             del self._keys_of[address]
+        else:
+            del keys[key]
+            if not keys:
+                del self._keys_of[address]
+
+    def _keep_behind(self, connection: int, peer: bytes, key: bytes) -> None:
+        """Remember that ``key`` is behind routing id ``peer`` on ``connection``."""
+        address = _address(connection, peer)
+        keys = self._keys_of.get(address)
+        if keys is None:
+            self._keys_of[address] = key  # the usual: one key
+        elif isinstance(keys, bytes):
+            self._keys_of[address] = {keys: None, key: None}
+        else:
+            keys[key] = None
+
+    def _behind(self, connection: int, peer: bytes) -> list[bytes]:
+        """The peer keys behind routing id ``peer`` on ``connection``, oldest first."""
+        keys = self._keys_of.get(_address(connection, peer))
+        if keys is None:
+            return []
+        return [keys] if isinstance(keys, bytes) else list(keys)
 
     def _key_of(
         self, peer: bytes, envelope: tuple[bytes, ...], dialect: Enum, connection: int
