@@ -269,6 +269,7 @@ class FamilyBroker:
             bytes, None
         ] = {}  # routes kept for their peers' next request, oldest first
         self._key_cache: dict[tuple[int, bytes, tuple[bytes, ...], Enum], bytes] = {}
+        self._live = 0  # routes not kept idle: len(_routes) - len(_idle), counted as they change
         # The same for a peer with no envelope on connection 0, the usual: routing id -> key,
         # per dialect (bytes alone: no tuple kept per peer for the collector to follow).
         self._plain_keys: dict[Enum, dict[bytes, bytes]] = {
@@ -315,7 +316,7 @@ class FamilyBroker:
             if frames and frames[0] in _MDP02_HEADERS:
                 events = self.core.receive(peer, frames, now)
                 # A worker's FINAL may end a dialect client's request; idle routes hold none.
-                if events and self._routes and len(self._routes) > len(self._idle):
+                if events and self._live:
                     self._note(events)
                 return events
             found = self.registry.find(frames)
@@ -406,6 +407,7 @@ class FamilyBroker:
                 traits = self._traits.get(codec.dialect)  # ``_traits_of``, inline
                 self.core.set_traits(key, traits or self._traits_of(codec))
             self._maybe_done[key] = None  # a first message that was refused leaves nothing
+            self._live += 1
         if decoded is None:
             decoded = codec.decode(message)  # FAM-10
         if codec.answer is None or role is _CLIENT:  # an answer is to a worker's message
@@ -463,9 +465,7 @@ class FamilyBroker:
             self._withheld, self._answered, self._refusals_at = [], 0, None
             self._placed = False
         # MDP/0.2 peers alone (idle routes hold nothing): the frames as the core wrote them.
-        if (  # (no route at all: the test without a call, MDP/0.2's usual case)
-            self._routes and len(self._routes) > len(self._idle)
-        ) or (self._answers or self._sent_by_layers):
+        if self._live or self._answers or self._sent_by_layers:
             if (  # one message and nothing of the family's to add: as ``_translate``, inline
                 len(outbox) == 1
                 and not self._refusals
@@ -507,7 +507,7 @@ class FamilyBroker:
     def flushed(self) -> list[RequestCompleted]:
         """As ``Broker.flushed``: the FINALs the runtime sent are completed (MDP-D-24)."""
         events = self.core.flushed()
-        if events and self._routes and len(self._routes) > len(self._idle):
+        if events and self._live:
             # Completions (nothing for a layer to do): their clients may be done with.
             routes, maybe_done = self._routes, self._maybe_done
             for event in events:
@@ -616,7 +616,7 @@ class FamilyBroker:
     def keys(self) -> int:
         """How many peers the broker holds something of by a key now (bounded: see the module
         docstring); not counting the routes kept for idle peers' next request (REQREP-06)."""
-        return len(self._routes) - len(self._idle)
+        return self._live
 
     # -- for layers (domo.protocol.layers: the LayerHost protocol) --------------------------
 
@@ -636,12 +636,14 @@ class FamilyBroker:
         if key in self._idle:
             del self._idle[key]
             self._maybe_done[key] = None
+            self._live += 1
         elif key not in self._routes:
             route = PeerRoute(peer, (), codec.dialect, connection, request_key, codec)
             route.layer = self._layers.get(codec.dialect)
             self._routes[key] = route
             self._keep_behind(connection, peer, key)
             self._maybe_done[key] = None
+            self._live += 1
             own = self._traits_of(codec) if traits is None else replace(traits, neutral=True)
             self.core.set_traits(key, own)
         return key
@@ -827,6 +829,7 @@ class FamilyBroker:
                     self._serials.pop(client, None)  # FAM-08: numbered afresh
                 route.client = None
             idle[key] = None  # REQREP-06: kept for the peer's next request, bounded
+            self._live -= 1
             if len(idle) > IDLE_KEYS:
                 self._forget_key(next(iter(idle)))
         self._maybe_done.clear()
@@ -843,7 +846,10 @@ class FamilyBroker:
         route = self._routes.pop(key, None)
         if route is None:
             return
-        self._idle.pop(key, None)
+        if key in self._idle:
+            del self._idle[key]
+        else:
+            self._live -= 1
         self.core.set_traits(key, None)
         if route.client is not None:
             self._uncount(route.client)
