@@ -333,16 +333,17 @@ class FamilyBroker:
             return events
         envelope = tuple(bytes(frame) for frame in frames[:hops]) if hops else ()
         message: Sequence[BodyFrame] = frames[hops + 1 :] if codec.delimited else frames
-        reading: Reading | tuple[str, str] | None = None
-        decoded: CoreCommand | Invalid | None = None
-        request_key: bytes | None = None  # the request key it names, if any
+        decoded: CoreCommand | Invalid | None
+        request_key: bytes | None  # the request key it names, if any
+        context: tuple[bytes, ...] | None  # what the reply carries back; None: not read yet
         if codec.read is not None:  # the codec reads the message once (DialectCodec.read)
             reading = codec.read(message)
             if reading.__class__ is not Reading:  # malformed in its own terms: dropped, named
                 return self._malformed(peer, reading, now)  # type: ignore[arg-type]
-            request_key = reading.request_key
-            decoded = reading.command
+            # One unpacking: a named tuple's fields, read one by one, are each a slow lookup.
+            decoded, request_key, context = reading
         else:
+            decoded = request_key = context = None
             if codec.check is not None:
                 wrong = codec.check(message)
                 if wrong is not None:  # malformed in the dialect's own terms: dropped, named
@@ -380,12 +381,8 @@ class FamilyBroker:
         if route is None or key in self._idle:
             parked = route is not None
             if route is None:
-                if reading is not None:
-                    context = reading.context  # type: ignore[union-attr]
-                elif codec.reply_context is not None:
-                    context = codec.reply_context(message)
-                else:
-                    context = ()
+                if context is None:
+                    context = () if codec.reply_context is None else codec.reply_context(message)
                 route = PeerRoute(
                     peer, envelope, codec.dialect, connection, request_key, codec, context
                 )
@@ -403,7 +400,10 @@ class FamilyBroker:
                         return refused
             if not parked:
                 self._routes[key] = route
-                self._keep_behind(connection, peer, key)
+                if connection or peer in self._keys_of:
+                    self._keep_behind(connection, peer, key)
+                else:  # as ``_keep_behind``: its first key on connection 0, the usual
+                    self._keys_of[peer] = key
                 traits = self._traits.get(codec.dialect)  # ``_traits_of``, inline
                 self.core.set_traits(key, traits or self._traits_of(codec))
             self._maybe_done[key] = None  # a first message that was refused leaves nothing
@@ -411,7 +411,7 @@ class FamilyBroker:
         if decoded is None:
             decoded = codec.decode(message)  # FAM-10
         if codec.answer is None or role is _CLIENT:  # an answer is to a worker's message
-            if type(decoded) is Invalid:  # as ``_to_core``
+            if decoded.__class__ is Invalid:  # as ``_to_core``
                 events = self.core.invalid(key, decoded.rule, decoded.reason, now)
             else:
                 events = self.core.command(key, decoded, now)  # type: ignore[arg-type]
