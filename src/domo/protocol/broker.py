@@ -656,7 +656,7 @@ class Broker:
         """
         events = self._advance(now)
         command = message.command
-        if message.role is Role.WORKER:
+        if message.role is _TO_WORKER:  # (a module's name: an enum's member is a slow lookup)
             if command is Command.REGISTER:
                 service = message.service
                 if not mdp.is_valid_service(service):
