@@ -507,15 +507,41 @@ class FamilyBroker:
     def flushed(self) -> list[RequestCompleted]:
         """As ``Broker.flushed``: the FINALs the runtime sent are completed (MDP-D-24)."""
         events = self.core.flushed()
+        maybe_done = self._maybe_done
         if events and self._live:
             # Completions (nothing for a layer to do): their clients may be done with.
-            routes, maybe_done = self._routes, self._maybe_done
+            routes = self._routes
             for event in events:
                 if event.client in routes:
                     maybe_done[event.client] = None
         # Only after the flush: a send that failed was reported to the keys behind its routing id.
-        if self._maybe_done:
-            self._forget_idle_keys()
+        if not maybe_done:
+            return events
+        # The keys the core now holds nothing of are parked (once a method of their own, here
+        # to save a call per flush).
+        core, routes, idle, requests_of = self.core, self._routes, self._idle, self._requests_of
+        for key in maybe_done:
+            # A silenced key is parked too: the core sends nothing to it, and if it speaks
+            # again its address and envelope give it the same key.
+            if key in idle or core.retains(key):
+                continue
+            route = routes.get(key)
+            if route is None:
+                continue
+            client = route.client
+            if client is not None:  # FAM-05, FAM-07: no longer counted against it
+                held = requests_of[client] - 1
+                if held:  # as ``_uncount``
+                    requests_of[client] = held
+                else:
+                    del requests_of[client]
+                    self._serials.pop(client, None)  # FAM-08: numbered afresh
+                route.client = None
+            idle[key] = None  # REQREP-06: kept for the peer's next request, bounded
+            self._live -= 1
+            if len(idle) > IDLE_KEYS:
+                self._forget_key(next(iter(idle)))
+        maybe_done.clear()
         return events
 
     def peer_unreachable(
@@ -808,31 +834,6 @@ class FamilyBroker:
                 continue
             if peer in routes:
                 maybe_done[peer] = None
-
-    def _forget_idle_keys(self) -> None:
-        core, routes, idle, requests_of = self.core, self._routes, self._idle, self._requests_of
-        for key in self._maybe_done:
-            # A silenced key is parked too: the core sends nothing to it, and if it speaks
-            # again its address and envelope give it the same key.
-            if key in idle or core.retains(key):
-                continue
-            route = routes.get(key)
-            if route is None:
-                continue
-            client = route.client
-            if client is not None:  # FAM-05, FAM-07: no longer counted against it
-                held = requests_of[client] - 1
-                if held:  # as ``_uncount``
-                    requests_of[client] = held
-                else:
-                    del requests_of[client]
-                    self._serials.pop(client, None)  # FAM-08: numbered afresh
-                route.client = None
-            idle[key] = None  # REQREP-06: kept for the peer's next request, bounded
-            self._live -= 1
-            if len(idle) > IDLE_KEYS:
-                self._forget_key(next(iter(idle)))
-        self._maybe_done.clear()
 
     def _uncount(self, client: bytes) -> None:
         held = self._requests_of[client] - 1
