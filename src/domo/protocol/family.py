@@ -269,12 +269,12 @@ class FamilyBroker:
             bytes, None
         ] = {}  # routes kept for their peers' next request, oldest first
         self._key_cache: dict[tuple[int, bytes, tuple[bytes, ...], Enum], bytes] = {}
-        self._live = 0  # routes not kept idle: len(_routes) - len(_idle), counted as they change
         # The same for a peer with no envelope on connection 0, the usual: routing id -> key,
         # per dialect (bytes alone: no tuple kept per peer for the collector to follow).
         self._plain_keys: dict[Enum, dict[bytes, bytes]] = {
             codec.dialect: {} for codec in registry.codecs
         }
+        self._live = 0  # routes not kept idle: len(_routes) - len(_idle), counted as they change
         self._withheld: list[int] = []  # core outbox indexes of the last outbox not sent at all
         # Messages a dialect's ``answer`` sends, ahead of the core's next outbox.
         self._answers: list[Outgoing] = []
