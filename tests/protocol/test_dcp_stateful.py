@@ -224,6 +224,11 @@ class DcpMachine(RuleBasedStateMachine):
         assert rules[0].startswith("DCP-")
 
     @invariant()
+    def keys_counts_the_routes_not_kept_idle(self) -> None:
+        """``keys()`` (counted as routes are made, parked and forgotten) agrees with the routes."""
+        assert self.broker.keys() == len(self.broker._routes) - self.broker.idle()
+
+    @invariant()
     def the_core_agrees_on_the_workers(self) -> None:
         registered = {
             self.broker.address(key)[1]: view.service for key, view in self.broker.workers().items()

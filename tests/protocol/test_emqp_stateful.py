@@ -213,6 +213,11 @@ class EmqpMachine(RuleBasedStateMachine):
         assert "error" in json.loads(message[4]), message  # a refused garbage REQUEST
 
     @invariant()
+    def keys_counts_the_routes_not_kept_idle(self) -> None:
+        """``keys()`` (counted as routes are made, parked and forgotten) agrees with the routes."""
+        assert self.broker.keys() == len(self.broker._routes) - self.broker.idle()
+
+    @invariant()
     def work_is_conserved(self) -> None:
         for queue, waiting in self.waiting.items():
             if waiting:

@@ -279,6 +279,27 @@ def test_an_unreachable_hop_takes_every_client_behind_it() -> None:
     assert broker.keys() == 0  # forgotten once the outbox was taken
 
 
+def test_an_unreachable_dealer_client_loses_every_request_behind_its_routing_id() -> None:
+    """REQREP-02, MDP01-09: a DEALER client with two requests outstanding on connection 0
+    (two keys behind one routing id) loses both when it is unreachable; their routes, kept
+    idle afterwards, are forgotten when it is found unreachable again."""
+    broker = FamilyBroker(CONFIG)
+    broker.receive(b"C", [b"", C01, b"nobody", b"1"], 0.0)
+    broker.receive(b"C", [b"", C01, b"nobody", b"2"], 0.1)
+    assert broker.core.queued(b"nobody") == 2
+    events = broker.peer_unreachable(b"C", 0.2)
+    dropped = [event.client for event in events if isinstance(event, RequestDropped)]
+    assert dropped == [
+        peer_key(b"C", (), Dialect.MDP01, request_key=b"#1"),
+        peer_key(b"C", (), Dialect.MDP01, request_key=b"#2"),
+    ]
+    assert broker.core.queued(b"nobody") == 0
+    assert out(broker) == []
+    assert (broker.keys(), broker.idle()) == (0, 2)
+    broker.peer_unreachable(b"C", 0.3)
+    assert (broker.keys(), broker.idle()) == (0, 0)
+
+
 def test_short_lived_req_clients_do_not_grow_the_broker() -> None:
     """REQREP-06: a thousand REQ clients behind a proxy, each asking once: nothing is kept."""
     broker = FamilyBroker(CONFIG)

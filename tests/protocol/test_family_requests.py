@@ -306,3 +306,5 @@ def test_fam_07_dcp_and_emqp_clients_past_the_cap() -> None:
     assert plain(answer)[-1] == b"m3"
     assert b"FAM-07" in plain(answer)[-2]
     assert broker.core.queued(b"q") == 2
+    # Nothing is kept of a refused request: the keys held are the two clients' two each.
+    assert broker.keys() == 4

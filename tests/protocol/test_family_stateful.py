@@ -243,6 +243,11 @@ class FamilyMachine(RuleBasedStateMachine):
     # -- invariants ---------------------------------------------------------------------------
 
     @invariant()
+    def keys_counts_the_routes_not_kept_idle(self) -> None:
+        """``keys()`` (counted as routes are made, parked and forgotten) agrees with the routes."""
+        assert self.family.keys() == len(self.family._routes) - self.family.idle()
+
+    @invariant()
     def keys_only_for_peers_the_model_holds(self) -> None:
         """REQREP-06: no key outlives what the model still knows of its peer."""
         for model_id, key in self.key_of.items():

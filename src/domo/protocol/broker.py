@@ -549,6 +549,9 @@ class _Silence:
 
 _MDP02_TRAITS: Final = PeerTraits()
 _TO_WORKER, _TO_CLIENT = Role.WORKER, Role.CLIENT
+# A neutral command made as its own ``__new__`` makes it, without that Python-level call: one
+# per reply to a dialect client, and per REQUEST to a dialect worker.
+_new_tuple = tuple.__new__
 _REQUEST, _PARTIAL, _FINAL = Command.REQUEST, Command.PARTIAL, Command.FINAL
 _EMPTY_BODY: Final = (b"",)  # FAM-10: what an empty body is to an MDP/0.2 peer
 
@@ -653,7 +656,7 @@ class Broker:
         """
         events = self._advance(now)
         command = message.command
-        if message.role is Role.WORKER:
+        if message.role is _TO_WORKER:  # (a module's name: an enum's member is a slow lookup)
             if command is Command.REGISTER:
                 service = message.service
                 if not mdp.is_valid_service(service):
@@ -1270,7 +1273,9 @@ class Broker:
         peer = worker.peer
         body = request.body
         if self._neutral and peer in self._neutral:
-            command = CoreCommand(_TO_WORKER, _REQUEST, request.service, request.client, body)
+            command = _new_tuple(
+                CoreCommand, (_TO_WORKER, _REQUEST, request.service, request.client, body)
+            )
             self._outbox.append((peer, command))
         else:  # FAM-10: MDP/0.2 has no zero-frame body: one empty frame stands for none
             frames = (WORKER_HEADER, W_REQUEST, request.client, b"", *(body or _EMPTY_BODY))
@@ -1282,7 +1287,8 @@ class Broker:
         if worker is not None:
             worker.last_sent = self._now
         if self._neutral and peer in self._neutral:
-            self._outbox.append((peer, CoreCommand(_TO_CLIENT, command, service, b"", body)))
+            reply = _new_tuple(CoreCommand, (_TO_CLIENT, command, service, b"", body))
+            self._outbox.append((peer, reply))
         else:  # FAM-10: an empty body goes to an MDP/0.2 client as one empty frame
             code = C_FINAL if command is _FINAL else C_PARTIAL
             self._outbox.append((peer, (CLIENT_HEADER, code, service, *(body or _EMPTY_BODY))))

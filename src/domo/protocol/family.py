@@ -138,6 +138,12 @@ def peer_key(
 _NAMES: dict[Enum, bytes] = {}  # a dialect's name as a peer key has it, length-prefixed
 
 
+def _address(connection: int, peer: bytes) -> bytes | tuple[int, bytes]:
+    """A routing id on a connection, as ``FamilyBroker._keys_of`` holds it: the routing id
+    alone on connection 0 (a bytes never equals a tuple)."""
+    return peer if connection == 0 else (connection, peer)
+
+
 def _numbered(serial: int) -> tuple[bytes, bytes]:
     """The request key of a client's request number ``serial`` (FAM-08), and what it adds to
     its client's peer key (``request_key_of``)."""
@@ -259,13 +265,20 @@ class FamilyBroker:
         self.config = self.core.config
         self.registry = registry  # the dialects this broker speaks, in detection order
         self._routes: dict[bytes, PeerRoute] = {}  # peer key -> route
-        # (connection, routing id) -> the peer keys behind it
-        self._keys_of: dict[tuple[int, bytes], dict[bytes, None]] = {}
+        # The peer keys behind each (connection, routing id), by ``_address``: one key as itself,
+        # several in a dict (made per peer and kept, so no record the collector must follow).
+        self._keys_of: dict[bytes | tuple[int, bytes], bytes | dict[bytes, None]] = {}
         self._maybe_done: dict[bytes, None] = {}  # keys to forget once their messages are out
         self._idle: dict[
             bytes, None
         ] = {}  # routes kept for their peers' next request, oldest first
         self._key_cache: dict[tuple[int, bytes, tuple[bytes, ...], Enum], bytes] = {}
+        # The same for a peer with no envelope on connection 0, the usual: routing id -> key,
+        # per dialect (bytes alone: no tuple kept per peer for the collector to follow).
+        self._plain_keys: dict[Enum, dict[bytes, bytes]] = {
+            codec.dialect: {} for codec in registry.codecs
+        }
+        self._live = 0  # routes not kept idle: len(_routes) - len(_idle), counted as they change
         self._withheld: list[int] = []  # core outbox indexes of the last outbox not sent at all
         # Messages a dialect's ``answer`` sends, ahead of the core's next outbox.
         self._answers: list[Outgoing] = []
@@ -307,7 +320,7 @@ class FamilyBroker:
             if frames and frames[0] in _MDP02_HEADERS:
                 events = self.core.receive(peer, frames, now)
                 # A worker's FINAL may end a dialect client's request; idle routes hold none.
-                if events and self._routes and len(self._routes) > len(self._idle):
+                if events and self._live:
                     self._note(events)
                 return events
             found = self.registry.find(frames)
@@ -324,16 +337,17 @@ class FamilyBroker:
             return events
         envelope = tuple(bytes(frame) for frame in frames[:hops]) if hops else ()
         message: Sequence[BodyFrame] = frames[hops + 1 :] if codec.delimited else frames
-        reading: Reading | tuple[str, str] | None = None
-        decoded: CoreCommand | Invalid | None = None
-        request_key: bytes | None = None  # the request key it names, if any
+        decoded: CoreCommand | Invalid | None
+        request_key: bytes | None  # the request key it names, if any
+        context: tuple[bytes, ...] | None  # what the reply carries back; None: not read yet
         if codec.read is not None:  # the codec reads the message once (DialectCodec.read)
             reading = codec.read(message)
             if reading.__class__ is not Reading:  # malformed in its own terms: dropped, named
                 return self._malformed(peer, reading, now)  # type: ignore[arg-type]
-            request_key = reading.request_key
-            decoded = reading.command
+            # One unpacking: a named tuple's fields, read one by one, are each a slow lookup.
+            decoded, request_key, context = reading
         else:
+            decoded = request_key = context = None
             if codec.check is not None:
                 wrong = codec.check(message)
                 if wrong is not None:  # malformed in the dialect's own terms: dropped, named
@@ -342,9 +356,17 @@ class FamilyBroker:
                 split = codec.request_key(message)
                 if split is not None:
                     request_key, message = split
-        own = self._key_cache.get((connection, peer, envelope, codec.dialect))
-        if own is None:
-            own = self._key_of(peer, envelope, codec.dialect, connection)
+        if hops or connection:
+            own = self._key_cache.get((connection, peer, envelope, codec.dialect))
+            if own is None:
+                own = self._key_of(peer, envelope, codec.dialect, connection)
+        else:
+            plain = self._plain_keys[codec.dialect]
+            own = plain.get(peer)
+            if own is None:
+                if len(plain) >= _KEY_CACHE:
+                    plain.clear()
+                own = plain[peer] = peer_key(peer, (), codec.dialect)
         client = None
         key = own
         if request_key is not None:
@@ -363,12 +385,8 @@ class FamilyBroker:
         if route is None or key in self._idle:
             parked = route is not None
             if route is None:
-                if reading is not None:
-                    context = reading.context  # type: ignore[union-attr]
-                elif codec.reply_context is not None:
-                    context = codec.reply_context(message)
-                else:
-                    context = ()
+                if context is None:
+                    context = () if codec.reply_context is None else codec.reply_context(message)
                 route = PeerRoute(
                     peer, envelope, codec.dialect, connection, request_key, codec, context
                 )
@@ -386,14 +404,18 @@ class FamilyBroker:
                         return refused
             if not parked:
                 self._routes[key] = route
-                self._keys_of.setdefault((connection, peer), {})[key] = None
+                if connection or peer in self._keys_of:
+                    self._keep_behind(connection, peer, key)
+                else:  # as ``_keep_behind``: its first key on connection 0, the usual
+                    self._keys_of[peer] = key
                 traits = self._traits.get(codec.dialect)  # ``_traits_of``, inline
                 self.core.set_traits(key, traits or self._traits_of(codec))
             self._maybe_done[key] = None  # a first message that was refused leaves nothing
+            self._live += 1
         if decoded is None:
             decoded = codec.decode(message)  # FAM-10
         if codec.answer is None or role is _CLIENT:  # an answer is to a worker's message
-            if type(decoded) is Invalid:  # as ``_to_core``
+            if decoded.__class__ is Invalid:  # as ``_to_core``
                 events = self.core.invalid(key, decoded.rule, decoded.reason, now)
             else:
                 events = self.core.command(key, decoded, now)  # type: ignore[arg-type]
@@ -447,9 +469,7 @@ class FamilyBroker:
             self._withheld, self._answered, self._refusals_at = [], 0, None
             self._placed = False
         # MDP/0.2 peers alone (idle routes hold nothing): the frames as the core wrote them.
-        if (  # (no route at all: the test without a call, MDP/0.2's usual case)
-            self._routes and len(self._routes) > len(self._idle)
-        ) or (self._answers or self._sent_by_layers):
+        if self._live or self._answers or self._sent_by_layers:
             if (  # one message and nothing of the family's to add: as ``_translate``, inline
                 len(outbox) == 1
                 and not self._refusals
@@ -491,15 +511,45 @@ class FamilyBroker:
     def flushed(self) -> list[RequestCompleted]:
         """As ``Broker.flushed``: the FINALs the runtime sent are completed (MDP-D-24)."""
         events = self.core.flushed()
-        if events and self._routes and len(self._routes) > len(self._idle):
+        maybe_done = self._maybe_done
+        if events and self._live:
             # Completions (nothing for a layer to do): their clients may be done with.
-            routes, maybe_done = self._routes, self._maybe_done
+            routes = self._routes
             for event in events:
                 if event.client in routes:
                     maybe_done[event.client] = None
         # Only after the flush: a send that failed was reported to the keys behind its routing id.
-        if self._maybe_done:
-            self._forget_idle_keys()
+        if not maybe_done:
+            return events
+        # The keys the core now holds nothing of are parked (once a method of their own, here
+        # to save a call per flush).
+        core, routes, idle, requests_of = self.core, self._routes, self._idle, self._requests_of
+        for key in maybe_done:
+            # A silenced key is parked too: the core sends nothing to it, and if it speaks
+            # again its address and envelope give it the same key.
+            if key in idle or core.retains(key):
+                continue
+            route = routes.get(key)
+            if route is None:
+                continue
+            client = route.client
+            if client is not None:  # FAM-05, FAM-07: no longer counted against it
+                held = requests_of[client] - 1
+                if held:  # as ``_uncount``
+                    requests_of[client] = held
+                else:
+                    del requests_of[client]
+                    self._serials.pop(client, None)  # FAM-08: numbered afresh
+                route.client = None
+            # A key that names one request alone (a memo01 job's) is forgotten, not parked.
+            if route.once:
+                self._forget_key(key)
+                continue
+            idle[key] = None  # REQREP-06: kept for the peer's next request, bounded
+            self._live -= 1
+            if len(idle) > IDLE_KEYS:
+                self._forget_key(next(iter(idle)))
+        maybe_done.clear()
         return events
 
     def peer_unreachable(
@@ -510,7 +560,7 @@ class FamilyBroker:
         taken from this broker."""
         at = self._core_index(unsent)
         events = self.core.peer_unreachable(peer, now, unsent=at) if connection == 0 else []
-        for key in list(self._keys_of.get((connection, peer), ())):
+        for key in self._behind(connection, peer):
             if key in self._idle:
                 self._forget_key(key)  # a peer that holds nothing and is gone: forgotten
             else:
@@ -527,7 +577,7 @@ class FamilyBroker:
         congested."""
         at = self._core_index(unsent)
         events = self.core.peer_congested(peer, now, unsent=at) if connection == 0 else []
-        for key in list(self._keys_of.get((connection, peer), ())):
+        for key in self._behind(connection, peer):
             events += self.core.peer_congested(key, now, unsent=at)
         self._note(events)
         return events
@@ -567,7 +617,7 @@ class FamilyBroker:
         """Whether routing id ``peer`` on ``connection`` is a registered worker (any dialect)
         that holds nothing as a client (MDP-A-02): every message to it is then a worker's."""
         core = self.core
-        keys = list(self._keys_of.get((connection, peer), ()))
+        keys = self._behind(connection, peer)
         if connection == 0:
             keys.append(peer)
         serving = False
@@ -600,7 +650,7 @@ class FamilyBroker:
     def keys(self) -> int:
         """How many peers the broker holds something of by a key now (bounded: see the module
         docstring); not counting the routes kept for idle peers' next request (REQREP-06)."""
-        return len(self._routes) - len(self._idle)
+        return self._live
 
     # -- for layers (domo.protocol.layers: the LayerHost protocol) --------------------------
 
@@ -620,12 +670,14 @@ class FamilyBroker:
         if key in self._idle:
             del self._idle[key]
             self._maybe_done[key] = None
+            self._live += 1
         elif key not in self._routes:
             route = PeerRoute(peer, (), codec.dialect, connection, request_key, codec)
             route.layer = self._layers.get(codec.dialect)
             self._routes[key] = route
-            self._keys_of.setdefault((connection, peer), {})[key] = None
+            self._keep_behind(connection, peer, key)
             self._maybe_done[key] = None
+            self._live += 1
             own = self._traits_of(codec) if traits is None else replace(traits, neutral=True)
             self.core.set_traits(key, own)
         return key
@@ -791,33 +843,6 @@ class FamilyBroker:
             if peer in routes:
                 maybe_done[peer] = None
 
-    def _forget_idle_keys(self) -> None:
-        core, routes, idle, requests_of = self.core, self._routes, self._idle, self._requests_of
-        for key in self._maybe_done:
-            # A silenced key is parked too: the core sends nothing to it, and if it speaks
-            # again its address and envelope give it the same key.
-            if key in idle or core.retains(key):
-                continue
-            route = routes.get(key)
-            if route is None:
-                continue
-            client = route.client
-            if client is not None:  # FAM-05, FAM-07: no longer counted against it
-                held = requests_of[client] - 1
-                if held:  # as ``_uncount``
-                    requests_of[client] = held
-                else:
-                    del requests_of[client]
-                    self._serials.pop(client, None)  # FAM-08: numbered afresh
-                route.client = None
-            if route.once:
-                self._forget_key(key)
-                continue
-            idle[key] = None  # REQREP-06: kept for the peer's next request, bounded
-            if len(idle) > IDLE_KEYS:
-                self._forget_key(next(iter(idle)))
-        self._maybe_done.clear()
-
     def _uncount(self, client: bytes) -> None:
         held = self._requests_of[client] - 1
         if held:
@@ -830,15 +855,39 @@ class FamilyBroker:
         route = self._routes.pop(key, None)
         if route is None:
             return
-        self._idle.pop(key, None)
+        if key in self._idle:
+            del self._idle[key]
+        else:
+            self._live -= 1
         self.core.set_traits(key, None)
         if route.client is not None:
             self._uncount(route.client)
-        address = (route.connection, route.routing_id)
+        address = _address(route.connection, route.routing_id)
         keys = self._keys_of[address]
-        del keys[key]
-        if not keys:
+        if isinstance(keys, bytes):  # its only key
             del self._keys_of[address]
+        else:
+            del keys[key]
+            if not keys:
+                del self._keys_of[address]
+
+    def _keep_behind(self, connection: int, peer: bytes, key: bytes) -> None:
+        """Remember that ``key`` is behind routing id ``peer`` on ``connection``."""
+        address = _address(connection, peer)
+        keys = self._keys_of.get(address)
+        if keys is None:
+            self._keys_of[address] = key  # the usual: one key
+        elif isinstance(keys, bytes):
+            self._keys_of[address] = {keys: None, key: None}
+        else:
+            keys[key] = None
+
+    def _behind(self, connection: int, peer: bytes) -> list[bytes]:
+        """The peer keys behind routing id ``peer`` on ``connection``, oldest first."""
+        keys = self._keys_of.get(_address(connection, peer))
+        if keys is None:
+            return []
+        return [keys] if isinstance(keys, bytes) else list(keys)
 
     def _key_of(
         self, peer: bytes, envelope: tuple[bytes, ...], dialect: Enum, connection: int

@@ -80,6 +80,7 @@ _CLIENT_KEY = b"R"
 _PLAIN_KEY = b"P"
 _PRINTABLE = bytes(range(0x20, 0x7F))
 _CLIENT, _REQUEST = Role.CLIENT, Command.REQUEST
+_new_tuple = tuple.__new__  # bound once: ``tuple.__new__`` is a slow lookup each time
 _REGISTERED = (PeerState.IDLE, PeerState.BUSY)
 
 
@@ -199,12 +200,12 @@ def _read(message: Sequence[BodyFrame]) -> Reading | tuple[str, str]:
         # DCP-10: one request per service, client address and metadata; DCP-21: the data
         # parts exactly, none included (FAM-10).
         # Both records made as their own ``__new__`` makes them, without that call.
-        command = tuple.__new__(CoreCommand, (_CLIENT, _REQUEST, service, b"", data))
+        command = _new_tuple(CoreCommand, (_CLIENT, _REQUEST, service, b"", data))
         if hashed:
             key = _CLIENT_KEY + blake2b(hashed, digest_size=16).digest()
         else:
             key = _PLAIN_KEYS[width] + service
-        return tuple.__new__(Reading, (command, key, context))
+        return _new_tuple(Reading, (command, key, context))
     worker = _WORKER_KEYS[width]  # DCP-03: a worker's messages go out in its width
     parts = message[2:]
     if kind in (PONG, RECONNECT):
@@ -299,7 +300,7 @@ def _width_of(request_key: bytes | None) -> int:
 
 def _encode(route: RouteView, command: CoreCommand, lookup: Lookup) -> Relayed | None:
     """What the core sends to a DCP peer, in DCP, or None to send nothing."""
-    if command.role is Role.CLIENT:  # its FINAL: DCP has no partial replies (DCP-25)
+    if command.role is _CLIENT:  # its FINAL: DCP has no partial replies (DCP-25)
         context = route.context
         if len(context) == 2 and not context[1]:  # no address, no metadata: the usual reply
             return (b"", HEADER, _REPLIES[context[0]], route.routing_id, b"", b"", *command.body)

@@ -41,6 +41,7 @@ _FROM_WORKER = {
 _TO_WORKER = {Command.REQUEST: b"\x02", Command.HEARTBEAT: b"\x04", Command.LEAVE: b"\x05"}
 _REQUEST_TO_WORKER = (b"", MDPW01, b"\x02")
 _REQUEST = Command.REQUEST
+_new_tuple = tuple.__new__  # bound once: ``tuple.__new__`` is a slow lookup each time
 
 
 def _claims(header: BodyFrame, command: BodyFrame) -> Role | None:
@@ -59,10 +60,8 @@ def _read(message: Sequence[BodyFrame]) -> Reading:
         # MDP01-03: [MDPC01, service, body...] is a REQUEST; the service is its frame 1.
         if len(message) > 2 and message[1].__class__ is bytes:  # as decode_client, inline
             # Records made as their own ``__new__`` makes them, without that call.
-            request = tuple.__new__(
-                CoreCommand, (_C, _REQUEST, message[1], b"", tuple(message[2:]))
-            )
-            return tuple.__new__(Reading, (request, NUMBERED, ()))
+            request = _new_tuple(CoreCommand, (_C, _REQUEST, message[1], b"", tuple(message[2:])))
+            return _new_tuple(Reading, (request, NUMBERED, ()))
         return Reading(decode_client(message, Command.REQUEST, 1), NUMBERED)
     code = message[1] if len(message) > 1 else b""
     return Reading(decode_worker(message, command_of(_FROM_WORKER, code)))  # MDP01-02, MDP01-06
@@ -78,11 +77,11 @@ def _request_key(message: Sequence[BodyFrame]) -> tuple[bytes, Sequence[BodyFram
 
 
 def _encode(route: RouteView, command: CoreCommand, lookup: Lookup) -> Relayed:
-    if command.role is Role.CLIENT:  # its FINAL (the broker withholds PARTIALs, MDP01-05)
+    if command.role is _C:  # its FINAL (the broker withholds PARTIALs, MDP01-05)
         # MDP01-03: [MDPC01, service, body], one empty frame for an empty body (FAM-10).
         return (*route.envelope, b"", MDPC01, command.service, *(command.body or (b"",)))
     what = command.command
-    if what is Command.REQUEST:  # MDP01-02
+    if what is _REQUEST:  # MDP01-02
         return (*_REQUEST_TO_WORKER, command.address, b"", *(command.body or (b"",)))
     return (b"", MDPW01, _TO_WORKER[what])  # HEARTBEAT, DISCONNECT (MDP01-07, MDP01-08)
 
