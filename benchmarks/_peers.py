@@ -211,7 +211,18 @@ def client(
         record = _asyncio_client(endpoint, sessions, body, duration, pause)
     else:
         record = _blocking_client(system, endpoint, sessions, body, duration, pause)
-    print(json.dumps(record), flush=True)
+    print(json.dumps(record | {"threads": _THREADS}), flush=True)
+
+
+_THREADS: dict[str, float] = {}  # this process's threads at the end of the measured window
+
+
+def _window_end() -> None:
+    """Note the CPU and context switches of this process's threads (``brokers.thread_stats``)
+    while they all run: the record carries them, read before the client's context ends."""
+    from brokers import thread_stats
+
+    _THREADS.update(thread_stats([os.getpid()]))
 
 
 def _wait_for_go() -> None:
@@ -251,6 +262,7 @@ def _domo_client(
                 for _ in range(sessions):
                     nursery.start_soon(loop, client, start + duration)
             elapsed = time.perf_counter() - start
+            _window_end()
         return {"count": len(latencies), "elapsed": elapsed, "latencies": latencies}
 
     return trio.run(run)
@@ -289,6 +301,7 @@ def _sync_client(
         start = time.perf_counter()
         run(client, start + duration)
         elapsed = time.perf_counter() - start
+        _window_end()
     return {"count": len(latencies), "elapsed": elapsed, "latencies": latencies}
 
 
@@ -320,6 +333,7 @@ def _sync_map_client(
         start = time.perf_counter()
         run(client, start + duration)
         elapsed = time.perf_counter() - start
+        _window_end()
     return {"count": len(latencies), "elapsed": elapsed, "latencies": latencies}
 
 
@@ -354,6 +368,7 @@ def _asyncio_client(
                 for _ in range(sessions):
                     group.create_task(loop(client, start + duration))
             elapsed = time.perf_counter() - start
+            _window_end()
         return {"count": len(latencies), "elapsed": elapsed, "latencies": latencies}
 
     return asyncio.run(run())
@@ -433,6 +448,7 @@ def _blocking_client(
     start = time.perf_counter()
     run(start + duration)
     elapsed = time.perf_counter() - start
+    _window_end()
     return {"count": len(latencies), "elapsed": elapsed, "latencies": latencies}
 
 

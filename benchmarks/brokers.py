@@ -167,6 +167,68 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+SYSCALLS = ("poll", "ppoll", "read", "write", "recvfrom", "sendto", "epoll_wait", "epoll_pwait",
+            "futex", "getpid", "select")  # fmt: skip
+
+
+def thread_stats(pids: list[int]) -> dict[str, float]:
+    """Per kind of thread of ``pids`` (``main``: each process's first thread; ``zmq``:
+    ZeroMQ's I/O threads; ``other``): user and system CPU seconds and the voluntary and
+    involuntary context switches, from /proc/PID/task/TID/{stat,status}."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out: dict[str, float] = {}
+    for pid in pids:
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            try:
+                with open(f"/proc/{pid}/task/{tid}/stat", encoding="ascii") as f:
+                    head, rest = f.read().rsplit(")", 1)
+                with open(f"/proc/{pid}/task/{tid}/status", encoding="ascii") as f:
+                    status = dict(line.split(":", 1) for line in f if ":" in line)
+            except FileNotFoundError:
+                continue  # the thread ended meanwhile
+            comm = head.split("(", 1)[1]
+            kind = "main" if int(tid) == pid else "zmq" if comm.startswith("ZMQbg/IO") else "other"
+            fields = rest.split()
+            for name, value in (
+                ("user", int(fields[11]) / tick),
+                ("sys", int(fields[12]) / tick),
+                ("vcsw", int(status["voluntary_ctxt_switches"])),
+                ("ivcsw", int(status["nonvoluntary_ctxt_switches"])),
+            ):
+                out[f"{kind}_{name}"] = out.get(f"{kind}_{name}", 0) + value
+    return out
+
+
+class SyscallCounter:
+    """``perf stat`` counting the system calls of ``pids`` (every thread they have now) by
+    kind, from ``start`` until ``stop``; counting, not tracing, so the peers run at speed."""
+
+    def __init__(self, pids: list[int]) -> None:
+        fd, self._out = tempfile.mkstemp(suffix=".perf")
+        os.close(fd)
+        events = ["raw_syscalls:sys_enter", "context-switches"]
+        events += [f"syscalls:sys_enter_{name}" for name in SYSCALLS]
+        command = ["perf", "stat", "-x", ",", "-o", self._out, "-e", ",".join(events)]
+        self._proc = subprocess.Popen(
+            [*command, "-p", ",".join(map(str, pids))],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+
+    def stop(self) -> dict[str, float]:
+        self._proc.send_signal(2)  # SIGINT: perf prints its counts and exits
+        self._proc.wait(timeout=30)
+        counts: dict[str, float] = {}
+        with open(self._out, encoding="utf-8") as f:
+            for line in f:
+                parts = line.strip().split(",")
+                if len(parts) > 3 and parts[0].replace(".", "").isdigit():
+                    name = parts[2].rsplit("sys_enter_", 1)[-1].replace("raw_syscalls:", "")
+                    counts["syscalls" if name == "sys_enter" else name] = float(parts[0])
+        os.unlink(self._out)
+        return counts
+
+
 def rss_bytes(pid: int) -> int:
     with open(f"/proc/{pid}/status", encoding="ascii") as f:
         for line in f:
@@ -202,8 +264,12 @@ def load_run(
     idle: int = 0,
     heartbeat: float = 2.5,
     pause: float = 0.0,
+    probe: bool = False,
 ) -> dict[str, float]:
-    """Broker, workers, clients (and optionally idle workers); one measured window."""
+    """Broker, workers, clients (and optionally idle workers); one measured window.
+
+    ``probe``: also each role's user and system CPU, context switches (per thread kind, from
+    /proc) and system calls (by kind, ``perf stat``) per request."""
     endpoint = _free_endpoint()
     py = system.python
     with group() as g:
@@ -238,6 +304,11 @@ def load_run(
         if idle:
             time.sleep(2 * heartbeat)  # registered, and heartbeating at a steady pace
         roles = ([broker], echoes, peers)  # broker, workers, clients
+        pids = [[p.pid for p in r] for r in roles]
+        if probe:
+            counters = [SyscallCounter(r) for r in pids]
+            time.sleep(0.5)  # perf attached
+            stats0 = [thread_stats(r) for r in pids]
         cpu0, t0 = [sum(map(cpu_seconds, (p.pid for p in r))) for r in roles], time.perf_counter()
         for peer in peers:
             assert peer.stdin is not None
@@ -245,10 +316,28 @@ def load_run(
             peer.stdin.flush()
         records = [json.loads(read_line(peer, duration + 60)) for peer in peers]
         cpu1, t1 = [sum(map(cpu_seconds, (p.pid for p in r))) for r in roles], time.perf_counter()
+        if probe:
+            # A client has ended its context (and its threads) by now: it noted its own.
+            stats1 = [thread_stats(pids[0]), thread_stats(pids[1]), {}]
+            for record in records:
+                for key, value in record["threads"].items():
+                    stats1[2][key] = stats1[2].get(key, 0) + value
+            calls = [c.stop() for c in counters]  # including the 0.5 s idle before ``go``
     latencies = sorted(x for r in records for x in r["latencies"])
     count = sum(r["count"] for r in records)
     rate = sum(r["count"] / r["elapsed"] for r in records)
-    return {
+    probed: dict[str, float] = {}
+    if probe:
+        for role, before, after, counted in zip(
+            ("broker", "worker", "client"), stats0, stats1, calls, strict=True
+        ):
+            for key in sorted(after):
+                unit = 1e6 if key.endswith(("user", "sys")) else 1  # seconds -> us
+                spent = after[key] - before.get(key, 0)
+                probed[f"{role}_{key}_per_request"] = spent * unit / count
+            for key, value in counted.items():
+                probed[f"{role}_{key}_per_request"] = value / count
+    return probed | {
         "requests": count,
         "requests_per_s": rate,
         "p50_us": statistics.median(latencies) * 1e6,
@@ -462,12 +551,12 @@ def evaluate(samples: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def run_scenario(name: str, system: System, sizes: Sizes) -> dict[str, float]:
+def run_scenario(name: str, system: System, sizes: Sizes, probe: bool = False) -> dict[str, float]:
     d = sizes.duration
     if name == "a":
-        return load_run(system, workers=1, clients=1, sessions=1, size=16, duration=d)
+        return load_run(system, workers=1, clients=1, sessions=1, size=16, duration=d, probe=probe)
     if name == "b":
-        return load_run(system, workers=4, clients=8, sessions=8, size=16, duration=d)
+        return load_run(system, workers=4, clients=8, sessions=8, size=16, duration=d, probe=probe)
     if name == "c":
         return load_run(system, workers=4, clients=1, sessions=8, size=sizes.big_body, duration=d)
     if name == "d":
@@ -601,6 +690,12 @@ def main() -> None:
         help="also run domo as of git revision REV (domo@REV, domo+pyzmq@REV): before/after "
         "ratios from one run",
     )
+    parser.add_argument(
+        "--probe",
+        action="store_true",
+        help="(a), (b): also each role's user/system CPU, context switches and system calls "
+        "(perf stat, which needs the right to trace) per request",
+    )
     parser.add_argument("--json", type=Path, metavar="FILE", help="write every sample as JSON")
     parser.add_argument("--plot", type=Path, metavar="PNG", help="draw the plot (matplotlib)")
     parser.add_argument("--report", type=Path, metavar="FILE", help="re-print a saved --json run")
@@ -667,7 +762,7 @@ def main() -> None:
             for system in systems:
                 if scen == "d" and system.broker == "raw":
                     continue  # no heartbeats: nothing to compare
-                metrics = run_scenario(scen, system, sizes)
+                metrics = run_scenario(scen, system, sizes, args.probe)
                 samples.append({"scenario": scen, "system": system.name, "rep": rep,
                                 "metrics": metrics})  # fmt: skip
                 shown = ", ".join(f"{k} {fmt(v)}" for k, v in metrics.items())

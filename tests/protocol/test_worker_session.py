@@ -873,6 +873,20 @@ def test_a_final_when_the_broker_is_found_lost_is_not_sent() -> None:
     assert session.state is S.DISCONNECTED
 
 
+def test_a_final_just_after_a_partial_still_sees_the_broker_lost() -> None:
+    """MDP-H-06: a PARTIAL sent just before the broker's expiry leaves no heartbeat due at the
+    FINAL; the broker is lost all the same, and the FINAL is not sent (``send_final``'s quick
+    path checks both timers)."""
+    session = connected_session(T0)
+    session.receive(request(CLIENT), T0 + 0.25)
+    session.send_partial(REPLY, T0 + 0.25 + SPAN - 0.01)
+    assert session.take_outgoing()[-1] == partial(CLIENT)
+    events = session.send_final(REPLY, T0 + 0.25 + SPAN)
+    assert [type(event) for event in events] == [RequestAbandoned, ReconnectRequired]
+    assert session.take_outgoing() == []
+    assert session.state is S.DISCONNECTED
+
+
 def test_invalid_config_is_refused() -> None:
     """MDP-H-04, MDP-D-18: the timing must make sense."""
     for bad in (

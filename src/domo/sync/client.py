@@ -96,7 +96,10 @@ class _Slot(Slot):
         socket = self.socket
         if self.reconnect_at is not None or socket is None:
             socket = self.connect()
-        now = self.now()
+        now = time.monotonic()  # ``now()``, one call less
+        last = self.session.now
+        if last > now:
+            now = last
         # A stray reply that reached the idle socket is read now, with no request outstanding,
         # so that it is dropped (MDP-D-20) rather than taken for this request's.
         while readable(socket):
@@ -115,7 +118,10 @@ class _Slot(Slot):
 
     def step(self, readable: bool) -> None:
         """After a wait: read the message that is ready, or tick the session; then send."""
-        now = self.now()
+        now = time.monotonic()  # ``now()``, one call less
+        last = self.session.now
+        if last > now:
+            now = last
         if readable:  # ``received``, one call less
             self.handle(self.session.receive(receive(self.socket), now))  # type: ignore[arg-type]
         else:
@@ -442,7 +448,7 @@ class _Sockets:
             socket = slot.socket
             if socket is None:
                 return []
-            found = ready([(socket, slot.mask)])
+            found = _poll([(socket, slot.mask)], 0)  # ``ready``, one call less
             return [(slot, found[0][1])] if found else []
         items = []
         owner = {}

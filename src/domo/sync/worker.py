@@ -50,7 +50,7 @@ from domo.runtime import (
     log_event,
     service_name,
 )
-from domo.runtime.liveness import receive_waiting
+from domo.runtime.liveness import heard_at, receive_waiting
 
 from ._socket import readable, receive, send
 
@@ -67,6 +67,7 @@ _poll: Any = zmq.zmq_poll
 
 _STOP_CHECK: Final = 0.1  # seconds: how soon a set ``stop`` is noticed by an idle worker
 BATCH: Final = 256
+_PLAIN: Final = (bytes, list, tuple)  # a handler's plain answers, told apart without the ABC
 
 
 def run_worker(
@@ -207,20 +208,26 @@ class _Serving:
         socket.connect(self._endpoints.next())  # failover: MDP-D-28
         self._heard = False
         self._handle(self.session.connected(self._now()))
+        self._flush(socket)  # READY; the wait sends only what a full pipe left (``_unsent``)
         return True
 
     def _wait_and_step(self) -> None:
-        """Sleep until a message, the session's deadline or a ``stop`` check; then step."""
+        """Sleep until a message, the session's deadline or a ``stop`` check; then step.
+
+        Everything the session queues is flushed where it was queued (``_reconnect``,
+        ``_step``, ``_reply``), so only what a full pipe left in ``_unsent`` waits here.
+        """
         socket = self._socket
         assert socket is not None
-        full = not self._flush(socket)
+        full = bool(self._unsent) and not self._flush(socket)
         timeout = _STOP_CHECK
         deadline = self.session.next_deadline()
         if deadline is not None:
-            timeout = min(timeout, deadline - time.monotonic())
-        ready = _poll(
-            [(socket, _POLLIN | _POLLOUT if full else _POLLIN)], max(0, math.ceil(timeout * 1000))
-        )
+            left = deadline - time.monotonic()
+            if left < timeout:
+                timeout = left
+        ms = math.ceil(timeout * 1000) if timeout > 0 else 0
+        ready = _poll([(socket, _POLLIN | _POLLOUT if full else _POLLIN)], ms)
         self._step(socket, bool(ready) and bool(ready[0][1] & _POLLIN))
 
     def _step(self, socket: zmq.Socket[bytes], ready: bool = False) -> None:
@@ -230,13 +237,18 @@ class _Serving:
         returns at once if another is there (it reads EVENTS first), which costs less than
         reading EVENTS here after every request.
         """
-        now = self._now()
         session = self.session
+        now = time.monotonic()
+        last = session.now
+        if last > now:
+            now = last
         # A message found waiting was heard in time, even if this thread woke late: the
         # heartbeat thread, say, starved on a loaded machine (domo.runtime.liveness).
         received = 0
         if ready:
-            self._handle(receive_waiting(session, receive(socket), now))
+            expires = session.broker_expires_at
+            heard = now if expires is None or now < expires else heard_at(expires, last, now)
+            self._handle(session.receive(receive(socket), heard))
             received = 1
         else:
             while received < BATCH and readable(socket):
@@ -295,14 +307,24 @@ class _Serving:
 
     def _reply(self, number: int, method: Callable[..., list[WorkerEvent]], body: Any) -> bool:
         """Queue a PARTIAL or the FINAL and send it; False if the request was given up."""
-        if self.session.current_request != number:
+        session = self.session
+        if session.current_request != number:
             return False
-        self._catch_up(self._now())
-        if self.session.current_request != number:
-            return False  # what was waiting made the session give the request up
-        self._handle(method(body, self._now()))
-        if self._socket is not None:
-            self._flush(self._socket)
+        now = time.monotonic()
+        if session.now > now:
+            now = session.now
+        expires = session.broker_expires_at
+        if expires is not None and now >= expires:
+            self._catch_up(now)
+            if session.current_request != number:
+                return False  # what was waiting made the session give the request up
+            now = self._now()
+        events = method(body, now)
+        if events:  # a FINAL in time has none
+            self._handle(events)
+        socket = self._socket
+        if socket is not None:
+            self._flush(socket)
             if self._reconnect_at is not None:
                 self._close()
         return True
@@ -318,10 +340,12 @@ class _Serving:
     def _answer(self, request: RequestReceived) -> mdp.Frames:
         """The FINAL body, or an error body if the handler failed."""
         try:
-            self._release()
+            self._busy = True  # the heartbeat thread services the socket meanwhile
+            self._lock.release()
             try:
                 result = self._handler(list(request.body))
-                if isinstance(result, bytes) or not isinstance(result, Iterator):
+                # bytes, list, tuple first: the Iterator ABC's isinstance costs ~1 us
+                if isinstance(result, _PLAIN) or not isinstance(result, Iterator):
                     return as_frames(result)
                 held: mdp.Frames | None = None
                 yielded = False
@@ -343,18 +367,11 @@ class _Serving:
                     raise HandlerError("the handler's generator yielded nothing")
                 return held if held is not None else (b"",)
             finally:
-                self._take()
+                self._lock.acquire()
+                self._busy = False
         except Exception as error:
             logger.exception("handler for %r failed", self.session.service)
             return tuple(error_body(error))
-
-    def _release(self) -> None:
-        self._busy = True
-        self._lock.release()
-
-    def _take(self) -> None:
-        self._lock.acquire()
-        self._busy = False
 
     # -- the heartbeat thread ------------------------------------------------------------------
 
