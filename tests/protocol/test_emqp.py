@@ -351,6 +351,25 @@ def test_emqp_12_the_result_reaches_a_client_that_asked() -> None:
     assert net.to(b"C") == [(b"", E, b"REPLY", b"domo-4", b'{"value": 3}', b"m1")]
 
 
+def test_a_done_requests_and_spent_slots_routes_are_forgotten_not_kept_idle() -> None:
+    """A MSGID names one request and a READY one slot, never asked for again: when the core is
+    done with them their routes go, where they were kept idle for a next request that cannot
+    come (REQREP-06 keeps a peer's), 2 a request up to the bound of 4,096 (issue 27)."""
+    net = Net()
+    net.inform(b"W")
+    base = (net.broker.idle(), net.broker.keys())
+    for n in range(10):
+        msgid = b"m%d" % n
+        net.request(b"C", msgid)
+        assert commands(net.to(b"W")) == [b"REQUEST"]
+        net.send(b"W", b"", E, b"REPLY", b"w%d" % n, b'{"value": 3}', msgid)
+        result = (b"", E, b"REPLY", b"domo-%d" % (4 + 2 * n), b'{"value": 3}', msgid)
+        assert net.to(b"C") == [result]
+        net.send(b"W", b"", E, b"READY", b"r")  # the next slot
+        assert net.out() == []
+        assert (net.broker.idle(), net.broker.keys()) == base, n
+
+
 def test_emqp_12_without_reply_requested_a_request_ends_at_the_worker() -> None:
     """EMQP-12: without reply requested a request ends at the worker."""
     net = Net()

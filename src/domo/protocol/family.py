@@ -237,8 +237,9 @@ class PeerRoute:
         # For a client's request key: the client it counts against (FAM-05, FAM-07).
         self.client: bytes | None = None
         self.layer: Layer | None = None  # the stateful dialect's layer that encodes for it
-        # The key names one request alone (a memo01 job's): forgotten when it is over, not kept
-        # idle for a next request that cannot come (REQREP-06's idle keys are for peers).
+        # The key names one request or seat alone (a memo01 job's, an eMQP MSGID's or slot's):
+        # forgotten when it is over, not kept idle for a next request that cannot come
+        # (REQREP-06's idle keys are for peers).
         self.once = False
 
 
@@ -541,7 +542,7 @@ class FamilyBroker:
                     del requests_of[client]
                     self._serials.pop(client, None)  # FAM-08: numbered afresh
                 route.client = None
-            # A key that names one request alone (a memo01 job's) is forgotten, not parked.
+            # A key that names one request or seat alone is forgotten, not parked.
             if route.once:
                 self._forget_key(key)
                 continue
@@ -661,11 +662,13 @@ class FamilyBroker:
         connection: int,
         request_key: bytes | None,
         traits: PeerTraits | None = None,
+        once: bool = False,
     ) -> bytes:
         """The peer key of (``connection``, ``peer``) speaking ``codec`` with no envelope, for
         ``request_key``; its route is made if it is new (encoded by the dialect's layer), and
         forgotten as any key's. ``traits``: the key's in the core (None: the dialect's), always
-        neutral (FAM-10)."""
+        neutral (FAM-10). ``once``: the key names one request or one seat alone, never asked for
+        again, so its route is forgotten when the core is done with it, not kept idle."""
         key = peer_key(peer, (), codec.dialect, connection, request_key)
         if key in self._idle:
             del self._idle[key]
@@ -674,6 +677,7 @@ class FamilyBroker:
         elif key not in self._routes:
             route = PeerRoute(peer, (), codec.dialect, connection, request_key, codec)
             route.layer = self._layers.get(codec.dialect)
+            route.once = once
             self._routes[key] = route
             self._keep_behind(connection, peer, key)
             self._maybe_done[key] = None

@@ -40,9 +40,11 @@ class LayerHost(Protocol):
         connection: int,
         request_key: bytes | None,
         traits: PeerTraits | None = None,
+        once: bool = False,
     ) -> bytes:
         """The peer key of (``connection``, ``peer``) for ``request_key``, its route made (and
-        the layer its encoder) if new, forgotten once the core holds nothing of it."""
+        the layer its encoder) if new, forgotten once the core holds nothing of it; kept idle
+        for the peer's next request meanwhile unless ``once`` (a key never asked for again)."""
         ...
 
     def forget_later(self, key: bytes) -> None:

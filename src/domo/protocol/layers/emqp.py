@@ -298,7 +298,7 @@ class EmqpLayer:
             self._answer(address, bytes(message[2]), error_body(bad.reason))  # EMQP-09
             raise
         host = self._host
-        key = host.key_for(address[1], EMQP, address[0], msgid)
+        key = host.key_for(address[1], EMQP, address[0], msgid, once=True)  # a MSGID's alone
         fresh = key not in self._asked
         if fresh:
             refused = host.count_request(key, queue, sum(map(len, body)), now)

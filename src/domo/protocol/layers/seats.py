@@ -90,7 +90,7 @@ class Seats:
         core, key_for = self._core, self._host.key_for
         for service in services:
             request_key = b"%s%d:%s" % (tag, number, service)
-            key = key_for(peer, self._codec, connection, request_key, self._traits)
+            key = key_for(peer, self._codec, connection, request_key, self._traits, once=True)
             self._seats[key] = Seat(owner, number, service)
             keys.append(key)
             got = core.command(key, CoreCommand(Role.WORKER, Command.REGISTER, service), now)
