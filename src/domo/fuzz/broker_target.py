@@ -190,6 +190,8 @@ class _Worker:
     reg: _Registration | None = None  # its registration, for the MMI answers owed
     provoked: bool = False  # it sent something that a DISCONNECT may rightly answer
     kept: bool = False  # died busy in a dialect whose broker keeps busy workers (MDP01-12)
+    sock_no: int = 0  # which of the scenario's sockets it uses now
+    requests_got: int = 0  # REQUESTs that socket has received
 
 
 @dataclass
@@ -234,6 +236,9 @@ class _Request:
     drop: bool = False  # a second REQUEST on one socket while the first stands: not queued
     partial_forwarded: bool = False  # its client got a PARTIAL of it
     dispatched_at: float = 0.0  # when its first REQUEST reached a worker
+    # Where its first REQUEST came: (the worker's socket, how many REQUESTs that socket had
+    # got before): two dispatches on one connection arrive in the order the broker sent them.
+    dispatched_via: tuple[int, int] | None = None
 
 
 @dataclass
@@ -693,6 +698,7 @@ class _Scenario:
         self.retire(w)
         self.sockets_made += 1
         w.sock = self.run._socket(f"{self.prefix}-{w.name}-{self.sockets_made}".encode())
+        w.sock_no, w.requests_got = self.sockets_made, 0
         now = time.monotonic()
         w.registered = w.said_something = w.dead = False
         w.holding = w.disconnected_at = w.expect_disconnect_since = None
@@ -1014,6 +1020,9 @@ class _Scenario:
         if step.kind == "wait":
             self.pump(now + step.arg * self.t.interval / 2)
             return
+        if step.kind == "settle":
+            self.settle()
+            return
         if step.kind in ("request", "second-request", "mmi"):
             c = self.clients[step.actor % len(self.clients)]
             if step.kind == "request":
@@ -1185,6 +1194,26 @@ class _Scenario:
                 if w.service:
                     self.unsure[w.service] = w.last_sent + self.t.dead_after
                 self.retire(w)
+
+    def settle(self) -> None:
+        """Wait until every request still queued has certainly reached the broker: its
+        ``arrived_by`` and half again the slack are past (the slack read afresh: it widens with
+        the jitter), and the broker runs (its heartbeat to the pacemaker is not overdue). What
+        is sent next then certainly comes after them, on a loaded machine too, where a fixed
+        wait falls short of the slack (MDP-A-03 judges only requests in a certain order). At
+        most four times ``dead_after``."""
+        give_up = time.monotonic() + 4 * self.t.dead_after
+        while (now := time.monotonic()) < give_up:
+            pending = [
+                r.arrived_by
+                for r in self.requests.values()
+                if r.state == "queued" and not r.dispatched and not r.drop
+            ]
+            if not self.run.pacemaker.stalled(now) and all(
+                now > arrived + 1.5 * self.t.slack for arrived in pending
+            ):
+                return
+            self.pump(min(give_up, now + 0.01))
 
     def await_dispatch(self) -> None:
         """A reply needs a request held: if none is held but one is owed to an idle worker
@@ -1670,6 +1699,8 @@ class _Scenario:
             self.judge_lru(w, r, now)
         if not r.dispatched:
             r.dispatched_at = now
+            r.dispatched_via = (w.sock_no, w.requests_got)
+        w.requests_got += 1
         r.dispatched = True
         r.state = "held"
         w.holding = key
@@ -1706,11 +1737,17 @@ class _Scenario:
                 continue
             self.overtakes.remove(entry)
             q = self.requests[other]
-            # Still waiting, or dispatched only after the later one was (its own REQUEST to
-            # another worker, sent first, may have arrived up to the slack after).
-            later = q.dispatched and q.dispatched_at > overtaken_at + self.t.slack
+            # Still waiting, or dispatched only after the later one was: on the same worker
+            # connection after it (one connection keeps the broker's order), or to another
+            # worker past the slack (its own REQUEST, sent first, may have arrived up to the
+            # slack after the later one's).
+            r = self.requests[key]
+            via, r_via = q.dispatched_via, r.dispatched_via
+            after_on_one = (
+                via is not None and r_via is not None and via[0] == r_via[0] and via[1] > r_via[1]
+            )
+            later = q.dispatched and (after_on_one or q.dispatched_at > overtaken_at + self.t.slack)
             if q.losses == 0 and (later or (q.state == "queued" and not q.dispatched)):
-                r = self.requests[key]
                 self.flag(
                     "MDP-A-03",
                     f"a request of {key[0]!r} sent {r.sent_at - q.sent_at:.2f} s after one of "
@@ -1936,3 +1973,4 @@ class _Scenario:
 def owner_sock_has(sock: zmq.Socket[bytes]) -> bool:
     events = sock.getsockopt(zmq.EVENTS)
     return isinstance(events, int) and bool(events & zmq.POLLIN)
+

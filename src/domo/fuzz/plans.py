@@ -139,9 +139,25 @@ def _mmi(rng: random.Random) -> list[Step]:
 
 
 def _order(rng: random.Random) -> list[Step]:
-    # Two clients' requests queued one after the other, then one worker: served in that order.
-    steps = [S("request", 0, 0), S("wait", 0, 6), S("request", 1, 0), S("wait", 0, 2)]
-    return [*steps, S("ready", 0, 0), S("wait", 0, 2), S("reply", 0, 0), S("wait", 0, 2)]
+    # Requests of one service queued in a certain order (each sent once the ones before it have
+    # certainly reached the broker: ``settle``, which waits as long as the load needs), then a
+    # worker takes them one by one: served in the order they came (MDP-A-03). A broker may pick
+    # the next request in more than one place, so each is reached: the requests wait for a
+    # worker's READY, or queue behind a busy worker and wait for its FINAL; and two or three
+    # wait at once (the third a client's ask again on a new socket, its old request still
+    # queued), so that an order wrong only past the first pick (the oldest, then the newest) or
+    # by client name shows too.
+    a, b = (0, 1) if rng.random() < 0.5 else (1, 0)
+    third = [S("request", a, 0), S("settle")] if rng.random() < 0.5 else []
+    serve = [S("wait", 0, 2), S("reply", 0, 0)] * (2 + len(third) // 2)
+    if rng.random() < 0.5:
+        # Queued while no worker serves the service: the READY picks them up.
+        queued = [S("request", a, 0), S("settle"), S("request", b, 0), S("settle"), *third]
+        return [*queued, S("ready", 0, 0), *serve, S("wait", 0, 2)]
+    # Queued behind a busy worker: its FINAL picks the next one up.
+    busy = [S("ready", 0, 0), S("request", b, 0), S("wait", 0, 2)]
+    queued = [S("request", a, 0), S("settle"), S("request", b, 0), S("settle"), *third]
+    return [*busy, *queued, *serve, S("wait", 0, 2), S("reply", 0, 0), S("wait", 0, 2)]
 
 
 def _on_final(rng: random.Random) -> list[Step]:

@@ -122,6 +122,7 @@ KINDS: Final[dict[str, tuple[str, str]]] = {
     "garbage": ("worker", "index into GARBAGE"),
     "pause": ("worker", "half heartbeat intervals without heartbeats"),
     "wait": ("none", "half heartbeat intervals"),
+    "settle": ("none", "unused; wait until every queued request has certainly reached the broker"),
 }
 
 _UNEXPECTED: Final = (
@@ -365,6 +366,8 @@ def _describe_broker_step(step: Step) -> str:
             return f"{w}: (READY s0 first if needed) skip heartbeats for {step.arg}/2 intervals"
         case "wait":
             return f"wait {step.arg}/2 heartbeat intervals"
+        case "settle":
+            return "wait until every request queued has certainly reached the broker"
     if step.kind not in KINDS:  # a step of a dialect with a search of its own
         return f"{step.kind} (its choices seeded {step.arg})"
     return f"unknown step {step.kind!r}"
