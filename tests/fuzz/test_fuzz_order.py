@@ -16,6 +16,7 @@ every time; each scenario breaks no rule and the oracle must say so.
 
 from __future__ import annotations
 
+import bisect
 import sys
 import threading
 import time
@@ -38,9 +39,14 @@ class _Relay:
     are held ``HOLD`` seconds (in order) before they go on."""
 
     def __init__(
-        self, backend: str, slow_in: Callable[[bytes], bool], slow_out: Callable[[bytes], bool]
+        self,
+        backend: str,
+        slow_in: Callable[[bytes], bool],
+        slow_out: Callable[[bytes], bool],
+        frozen_until: float = 0.0,
     ) -> None:
         self.backend, self.slow_in, self.slow_out = backend, slow_in, slow_out
+        self.frozen_until = frozen_until  # nothing passes before then (a broker not running)
         self.context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
         self.front = self.context.socket(zmq.ROUTER)
         self.front.setsockopt(zmq.LINGER, 0)
@@ -80,8 +86,9 @@ class _Relay:
                         identity, to = peers[sock], self.front
                         frames = [identity, *frames]
                         slow = self.slow_out(identity)
-                    if slow:  # one peer's messages all wait as long: their order stays
-                        held.append((time.monotonic() + HOLD, to, frames))
+                    due = max(self.frozen_until, time.monotonic() + HOLD if slow else 0.0)
+                    if due > time.monotonic():  # one peer's messages keep their order
+                        bisect.insort(held, (due, to, frames), key=lambda entry: entry[0])
                     else:
                         to.send_multipart(frames)
         finally:
@@ -105,8 +112,10 @@ def domo_broker(start_broker: Callable[[list[str]], str]) -> str:
 def relayed(domo_broker: str) -> Iterator[Callable[..., str]]:
     relays: list[_Relay] = []
 
-    def start(slow_in: Callable[[bytes], bool], slow_out: Callable[[bytes], bool]) -> str:
-        relay = _Relay(domo_broker, slow_in, slow_out)
+    def start(
+        slow_in: Callable[[bytes], bool], slow_out: Callable[[bytes], bool], frozen: float = 0.0
+    ) -> str:
+        relay = _Relay(domo_broker, slow_in, slow_out, time.monotonic() + frozen)
         relays.append(relay)
         return relay.endpoint
 
@@ -165,3 +174,36 @@ def test_a_request_sent_after_a_stray_final_may_make_it_expected(
     steps = [Step("ready", 0, 0), Step("unexpected", 0, 1), Step("request", 0, 0)]
     for _ in range(3):
         assert _play(endpoint, steps) == []
+
+
+@pytest.mark.timeout(60)
+def test_a_stray_final_taken_as_a_reply_may_free_its_worker_for_the_next_request(
+    relayed: Callable[..., str],
+) -> None:
+    """w0 sends READY s0 and a FINAL for c0, which has asked nothing; c0 and c1 then ask s0.
+    w0's connection is the slower: the broker queues both requests, takes the READY, gives w0
+    c0's request, takes the FINAL as its reply and gives w0 c1's. The reply to c0 is held back
+    too, so w0 gets its second REQUEST before c0 has its FINAL: no second REQUEST before a FINAL
+    (MDP-A-06; issue 28: seen under load with the README's fuzz block)."""
+    endpoint = relayed(lambda peer: b"-w0-" in peer, lambda peer: b"-c0" in peer)
+    steps = [
+        Step("ready", 0, 0),
+        Step("unexpected", 0, 1),
+        Step("request", 0, 0),
+        Step("request", 1, 0),
+        Step("wait", 0, 2),
+    ]
+    for _ in range(3):
+        assert _play(endpoint, steps) == []
+
+
+@pytest.mark.timeout(90)
+def test_a_lanes_first_scenario_waits_until_the_broker_runs(relayed: Callable[..., str]) -> None:
+    """A fresh run (a lane's first scenario) against a broker that does not run for its first
+    second: nothing passes the relay until then. The pacemaker has heard nothing yet, so it gave
+    no evidence of the stall, and w0's READY again was judged as if the broker ran: no DISCONNECT
+    within dead_after (MDP-W-10; issue 28, seen under load with the README's fuzz block). The
+    scenario now begins once the broker has heartbeated the pacemaker."""
+    endpoint = relayed(lambda peer: False, lambda peer: False, frozen=1.0)
+    steps = [Step("ready", 0, 0), Step("unexpected", 0, 0), Step("wait", 0, 2)]
+    assert _play(endpoint, steps) == []

@@ -792,6 +792,15 @@ class _Scenario:
 
     def play(self, steps: list[Step]) -> list[Violation]:
         try:
+            pace = self.run.pacemaker
+            if not pace.ever_heard:
+                # This run's first scenario (a lane's first): its pacemaker has not heard the
+                # broker yet, so a broker not running now would go unseen (no evidence, no
+                # stall) and its silence be judged. Wait for the first heartbeat, at most the
+                # probe's timeout (a broker that never heartbeats is MDP-H-04's finding).
+                give_up = time.monotonic() + self.t.probe_timeout
+                while not pace.ever_heard and (now := time.monotonic()) < give_up:
+                    self.pump(now + 0.01)
             for step in steps:
                 self.do(step)
                 self.pump(time.monotonic() + 0.005)
@@ -1625,6 +1634,12 @@ class _Scenario:
     def check_request(self, w: _Worker, command: mdp.WorkerMessage) -> None:
         now = time.monotonic()
         self.arm("MDP-A-06", "MDP-R-03", "MDP-C-09")
+        if w.holding is not None and self.stray_may_end(w, w.holding):
+            # Its stray FINAL, on a connection not yet certainly up, may have reached the broker
+            # after the request it holds and ended it as its reply: this REQUEST is the next
+            # one, not a second at once. That request stays held until the FINAL reaches its
+            # client (taken there as its reply, and the worker left: :meth:`to_client`).
+            w.holding = None
         if w.holding is not None:
             self.flag(
                 "MDP-A-06",
@@ -1779,6 +1794,22 @@ class _Scenario:
                 self.address_for[client] = command.client
                 return client
         return command.client
+
+    def stray_may_end(self, w: _Worker, held: tuple[bytes, int]) -> bool:
+        """Did ``w`` send a stray FINAL, unsure of its connection, to the client of ``held``
+        before that request was sent? The broker may have read it after the request, as its
+        reply (see :meth:`to_client`)."""
+        r = self.requests.get(held)
+        if r is None:
+            return False
+        return any(
+            sender is w
+            and (origin := self.tokens[token]).kind == "FINAL"
+            and origin.client == held[0]
+            and origin.unsure_for == r.service
+            and origin.sent_at < r.sent_at
+            for token, sender in self.strays.items()
+        )
 
     def judge_lru(self, w: _Worker, r: _Request, now: float) -> None:
         # MDP-A-04, as the target declared it: the worker idle the longest gets the request.
@@ -1973,4 +2004,3 @@ class _Scenario:
 def owner_sock_has(sock: zmq.Socket[bytes]) -> bool:
     events = sock.getsockopt(zmq.EVENTS)
     return isinstance(events, int) and bool(events & zmq.POLLIN)
-
