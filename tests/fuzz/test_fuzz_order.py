@@ -207,3 +207,28 @@ def test_a_lanes_first_scenario_waits_until_the_broker_runs(relayed: Callable[..
     endpoint = relayed(lambda peer: False, lambda peer: False, frozen=1.0)
     steps = [Step("ready", 0, 0), Step("unexpected", 0, 0), Step("wait", 0, 2)]
     assert _play(endpoint, steps) == []
+
+
+@pytest.mark.timeout(60)
+def test_a_stall_of_the_fuzzer_hides_the_brokers_and_counts_as_its_lag(domo_broker: str) -> None:
+    """The pacemaker tells how late the broker ran from the gaps between its heartbeats; while
+    the fuzzer itself is stalled it reads nothing, and what it reads after in a burst shows no
+    gap, though a machine that starves the fuzzer starves the broker too. A FINAL a worker sent
+    after its expiry, read by a broker that woke late before it ran its timers, was then judged
+    as forwarded by a broker that ran (MDP-D-10; issue 28, the README's fuzz block under load).
+    The time the pacemaker went unread counts as the broker's possible lag."""
+    run = BrokerRun(domo_broker, Timing(INTERVAL, LIVENESS))
+    try:
+        pace = run.pacemaker
+        give_up = time.monotonic() + 10
+        while not pace.ever_heard and time.monotonic() < give_up:
+            pace.tick(time.monotonic())
+            pace.drain()
+            time.sleep(0.01)
+        assert pace.ever_heard
+        since = time.monotonic()
+        time.sleep(0.6)  # the fuzzer stalled: nothing read, nothing sent
+        pace.drain()
+        assert pace.lag_since(since) >= 0.6
+    finally:
+        run.close()

@@ -237,8 +237,20 @@ def _late(rng: random.Random) -> list[Step]:
 
 
 def _second(rng: random.Random) -> list[Step]:
+    # Two REQUESTs on one socket, then a worker: the first stands (MDP-D-12). Then that worker
+    # replies, so that a broker that queued the second too hands it on (MDP-S-02: both
+    # dispatched); without the reply a broker that kept both shows nothing while one worker is
+    # busy with the first.
     busy = [S("ready", 0, 0), S("request", 1, 0), S("wait", 0, 1)] if rng.random() < 0.5 else []
-    return [*busy, S("second-request", 0, 0), S("wait", 0, 2), S("ready", 1, 0), S("wait", 0, 3)]
+    return [
+        *busy,
+        S("second-request", 0, 0),
+        S("wait", 0, 2),
+        S("ready", 1, 0),
+        S("wait", 0, 3),
+        S("reply", 1, 0),
+        S("wait", 0, 3),
+    ]
 
 
 def _garbage(rng: random.Random) -> list[Step]:
