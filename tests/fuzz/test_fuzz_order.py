@@ -198,12 +198,14 @@ def test_a_stray_final_taken_as_a_reply_may_free_its_worker_for_the_next_request
 
 
 @pytest.mark.timeout(90)
-def test_a_lanes_first_scenario_waits_until_the_broker_runs(relayed: Callable[..., str]) -> None:
+def test_a_lanes_first_scenario_is_not_judged_while_the_broker_does_not_run(
+    relayed: Callable[..., str],
+) -> None:
     """A fresh run (a lane's first scenario) against a broker that does not run for its first
     second: nothing passes the relay until then. The pacemaker has heard nothing yet, so it gave
     no evidence of the stall, and w0's READY again was judged as if the broker ran: no DISCONNECT
-    within dead_after (MDP-W-10; issue 28, seen under load with the README's fuzz block). The
-    scenario now begins once the broker has heartbeated the pacemaker."""
+    within dead_after (MDP-W-10; issue 28, seen under load with the README's fuzz block). Its
+    first heartbeat overdue now says the broker is not running, as a later one does."""
     endpoint = relayed(lambda peer: False, lambda peer: False, frozen=1.0)
     steps = [Step("ready", 0, 0), Step("unexpected", 0, 0), Step("wait", 0, 2)]
     assert _play(endpoint, steps) == []

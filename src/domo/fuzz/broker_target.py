@@ -364,13 +364,21 @@ class _Pacemaker:
         """Is the broker's heartbeat to the pacemaker overdue now (the broker not running)?
 
         Overdue: more than ``interval + slack`` after its last message, or after the pacemaker
-        registered if it has heard nothing since. No evidence, no stall: a broker that has
-        never heartbeated a pacemaker in this run is judged as it is, and one silent for
-        ``dead_after`` after a registration is taken for one that does not heartbeat.
+        registered if it has heard nothing since (its first registration: for the probe's
+        timeout at most). A broker silent for ``dead_after`` after a registration anew is taken
+        for one that does not heartbeat, and judged as it is.
         """
         t = self.run.timing
         if self.last_heard is not None:
             return now - self.last_heard > t.interval + t.slack
+        if not self.ever_heard:
+            # This run's first registration (a lane's first scenario): the broker's first
+            # heartbeat to it overdue says the broker is not running now, as a later one does
+            # (a broker not running then had its silence judged: MDP-W-10 under load, issue
+            # 28). For the probe's timeout at most: a broker that never heartbeats is the first
+            # probe's finding (MDP-H-04), and is judged as it is after that.
+            waited = now - self.registered_at
+            return t.interval + t.slack < waited < t.probe_timeout
         # Registered anew: overdue counted from when the broker last spoke to a pacemaker, not
         # from the registration, which the broker's silence may have caused (a broker that did
         # not run for 2.5 s under two CPU hogs made it register again, and the next interval
@@ -801,15 +809,6 @@ class _Scenario:
 
     def play(self, steps: list[Step]) -> list[Violation]:
         try:
-            pace = self.run.pacemaker
-            if not pace.ever_heard:
-                # This run's first scenario (a lane's first): its pacemaker has not heard the
-                # broker yet, so a broker not running now would go unseen (no evidence, no
-                # stall) and its silence be judged. Wait for the first heartbeat, at most the
-                # probe's timeout (a broker that never heartbeats is MDP-H-04's finding).
-                give_up = time.monotonic() + self.t.probe_timeout
-                while not pace.ever_heard and (now := time.monotonic()) < give_up:
-                    self.pump(now + 0.01)
             for step in steps:
                 self.do(step)
                 self.pump(time.monotonic() + 0.005)
