@@ -17,6 +17,9 @@ every time; each scenario breaks no rule and the oracle must say so.
 from __future__ import annotations
 
 import bisect
+import os
+import signal
+import subprocess
 import sys
 import threading
 import time
@@ -212,14 +215,23 @@ def test_a_lanes_first_scenario_is_not_judged_while_the_broker_does_not_run(
 
 
 @pytest.mark.timeout(60)
-def test_a_stall_of_the_fuzzer_hides_the_brokers_and_counts_as_its_lag(domo_broker: str) -> None:
+def test_a_stall_of_the_broker_hidden_by_the_fuzzers_own_counts_as_its_lag() -> None:
     """The pacemaker tells how late the broker ran from the gaps between its heartbeats; while
     the fuzzer itself is stalled it reads nothing, and what it reads after in a burst shows no
     gap, though a machine that starves the fuzzer starves the broker too. A FINAL a worker sent
     after its expiry, read by a broker that woke late before it ran its timers, was then judged
     as forwarded by a broker that ran (MDP-D-10; issue 28, the README's fuzz block under load).
-    The time the pacemaker went unread counts as the broker's possible lag."""
-    run = BrokerRun(domo_broker, Timing(INTERVAL, LIVENESS))
+    Here the broker is stopped (SIGSTOP) for 0.6 s while this process sleeps, and this process
+    sleeps 0.1 s more while the broker runs again and heartbeats: the burst read then shows no
+    gap, and the heartbeats missing from it count as the broker's lag. (A liveness of 10, so
+    that the broker keeps the pacemaker through the stall.)"""
+    liveness = 10
+    argv = [sys.executable, "-m", "domo", "broker", "--bind", "tcp://127.0.0.1:0",
+            "--heartbeat-interval", str(INTERVAL), "--liveness", str(liveness),
+            "--log-level", "error"]  # fmt: skip
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    run = BrokerRun(proc.stdout.readline().split()[-1], Timing(INTERVAL, liveness))
     try:
         pace = run.pacemaker
         give_up = time.monotonic() + 10
@@ -229,8 +241,15 @@ def test_a_stall_of_the_fuzzer_hides_the_brokers_and_counts_as_its_lag(domo_brok
             time.sleep(0.01)
         assert pace.ever_heard
         since = time.monotonic()
-        time.sleep(0.6)  # the fuzzer stalled: nothing read, nothing sent
+        os.kill(proc.pid, signal.SIGSTOP)  # the broker does not run...
+        time.sleep(0.6)  # ...nor does the fuzzer: nothing read, nothing sent
+        os.kill(proc.pid, signal.SIGCONT)
+        time.sleep(0.1)  # the broker runs and heartbeats; the fuzzer still reads nothing
         pace.drain()
-        assert pace.lag_since(since) >= 0.6
+        assert not pace.stalled(time.monotonic())  # it heartbeated: running now
+        assert pace.lag_since(since) >= 0.3
     finally:
         run.close()
+        proc.kill()
+        proc.wait(timeout=10)
+        proc.stdout.close()

@@ -276,7 +276,8 @@ class _Pacemaker:
         self.ever_heard = False  # the broker has heartbeated a pacemaker in this run
         self.heard_at = 0.0  # when a pacemaker last heard the broker (kept across registrations)
         self.late_beats: list[tuple[float, float]] = []  # a late heartbeat: began, how late
-        self.blind: list[tuple[float, float]] = []  # not read from then until then
+        # Not read from then until then, and the heartbeats missing in what was read after.
+        self.blind: list[tuple[float, float, float]] = []
 
     def register(self) -> None:
         self.close()
@@ -310,22 +311,20 @@ class _Pacemaker:
 
     def drain(self) -> None:
         start = time.monotonic()
+        blind_since = heard_before = None
         if self.last_drained is not None and start - self.last_drained > self.run.timing.interval:
             # Not read for a while (between scenarios, or the fuzzer stalled): a gap measured
             # across that would be the fuzzer's, not the broker's. What the broker sent
             # meanwhile is read next, so when it last spoke stays known.
             self.last_heartbeat = None
-            # But whether the broker ran meanwhile is not known: a machine that starves the
-            # fuzzer starves the broker too, and what is read now in a burst hides a stall of
-            # the broker. It may have been late by as long (a FINAL sent after a worker's
-            # expiry, read before the broker ran its timers: MDP-D-10 under load, issue 28).
-            self.blind.append((self.last_drained, start))
-            del self.blind[:-50]
+            blind_since, heard_before = self.last_drained, self.last_heard
         self.last_drained = start
+        beats = 0
         while self.sock is not None and owner_sock_has(self.sock):
             frames = self.run.worker_in(self.sock.recv_multipart())
             now = time.monotonic()
             if list(frames[:2]) == list(_HEARTBEAT):
+                beats += 1
                 if self.last_heartbeat is not None:
                     gap = now - self.last_heartbeat
                     self.run.timing.meter.heartbeat_gap(self, gap, now)
@@ -346,6 +345,18 @@ class _Pacemaker:
                 self.register()
             else:
                 self.last_heard, self.last_heartbeat, self.heard_at = now, None, now
+        if blind_since is not None and heard_before is not None:
+            # Whether the broker ran while the fuzzer did not read is not seen in the gaps: a
+            # machine that starves the fuzzer starves the broker too, and what is read now in
+            # a burst hides a stall of the broker (a FINAL sent after a worker's expiry, read
+            # by a broker that woke late before it ran its timers, was judged MDP-D-10 under
+            # load, issue 28). The heartbeats in the burst tell: a broker on time sent one an
+            # interval; those missing are how late it may have run.
+            t = self.run.timing
+            missing = int((start - heard_before) / t.interval) - beats
+            if missing > 1:
+                self.blind.append((blind_since, start, missing * t.interval))
+                del self.blind[:-50]
 
     def lag_since(self, since: float) -> float:
         """How late the broker ran (its heartbeats to the pacemaker overdue) at worst since
@@ -357,7 +368,7 @@ class _Pacemaker:
         late = [late for began, late in self.late_beats if began >= since - t.interval]
         # A time the pacemaker was not read that reaches past ``since``: the broker may have
         # been stalled all along, unseen.
-        late += [ended - began for began, ended in self.blind if ended >= since - t.interval]
+        late += [lag for _, ended, lag in self.blind if ended >= since - t.interval]
         return max(late, default=0.0)
 
     def stalled(self, now: float) -> bool:
