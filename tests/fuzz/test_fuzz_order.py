@@ -253,3 +253,30 @@ def test_a_stall_of_the_broker_hidden_by_the_fuzzers_own_counts_as_its_lag() -> 
         proc.kill()
         proc.wait(timeout=10)
         proc.stdout.close()
+
+
+@pytest.mark.timeout(60)
+def test_a_request_sent_unseen_to_a_left_socket_may_have_been_lost_more_often(
+    domo_broker: str,
+) -> None:
+    """w0 dies idle and comes back on a new socket (its old one left unread while the broker
+    still counts it registered); c1's request goes to the dead socket unseen, then to two more
+    workers that die, and domo's broker drops it at its redispatch limit (MDP-D-08) while w1
+    sits idle. The fuzzer saw two losses of it, not three, and required it resent (MDP-S-01;
+    issue 28, the README's fuzz block, 6 of 6 replays on the oracle before)."""
+    steps = [
+        Step("die", 0, 0),
+        Step("unexpected", 0, 2),
+        Step("wait", 0, 1),
+        Step("request", 1, 6),
+        Step("disconnect", 1, 0),
+        Step("ready", 1, 2),
+        Step("disconnect", 0, 0),
+        Step("pause", 0, 3),
+        Step("die", 0, 0),
+        Step("die", 1, 1),
+        Step("pause", 1, 3),
+        Step("reply", 0, 2),
+    ]
+    for _ in range(2):
+        assert _play(domo_broker, steps) == []
