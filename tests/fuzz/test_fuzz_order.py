@@ -30,6 +30,7 @@ import zmq
 
 from domo.fuzz import Step
 from domo.fuzz.broker_target import BrokerRun, Timing
+from domo.fuzz.jitter import JitterMeter
 
 from .conftest import INTERVAL, LIVENESS
 
@@ -280,3 +281,25 @@ def test_a_request_sent_unseen_to_a_left_socket_may_have_been_lost_more_often(
     ]
     for _ in range(2):
         assert _play(domo_broker, steps) == []
+
+
+@pytest.mark.timeout(60)
+def test_the_pacemaker_is_not_registered_anew_at_every_tick_under_a_large_jitter(
+    domo_broker: str,
+) -> None:
+    """With a jitter of 100 ms (the floor here stands for a loaded machine) the keep-alive limit
+    (liveness x interval - 0.02 s - 2 x jitter) is 80 ms, under one interval: the pacemaker,
+    heartbeating every interval, was found too late at every tick and registered anew on a new
+    socket, 20 a second per lane (issue 28: 271 in 10 s, the broker flooded, a probe's worker
+    found unreachable, MDP-W-16 named on domo's broker)."""
+    run = BrokerRun(domo_broker, Timing(INTERVAL, LIVENESS, JitterMeter(floor=0.1)))
+    try:
+        pace = run.pacemaker
+        until = time.monotonic() + 1.0
+        while (now := time.monotonic()) < until:
+            pace.tick(now)
+            pace.drain()
+            time.sleep(0.01)
+        assert pace.sockets <= 2
+    finally:
+        run.close()

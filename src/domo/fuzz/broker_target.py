@@ -298,9 +298,13 @@ class _Pacemaker:
         """Heartbeat the broker; register again if the fuzzer itself was too late for that."""
         t = self.run.timing
         heard = self.last_sent if self.last_heard is None else self.last_heard
+        # Two intervals at least: with a jitter past 90 ms at a 0.1 s interval and a liveness
+        # of 3 the keep-alive limit falls under one interval, and a pacemaker heartbeating every
+        # interval registered anew at every tick (20 sockets a second a lane: 271 in 10 s under
+        # load, the broker flooded with registrations, a probe's worker found unreachable).
         if (
             self.sock is None
-            or now - self.last_sent > t.keep_alive_limit
+            or now - self.last_sent > max(t.keep_alive_limit, 2 * t.interval)
             or now - heard > t.dead_after + t.interval
         ):
             # The fuzzer was too late to keep it alive, or the broker has stopped talking to
