@@ -67,3 +67,29 @@ def test_order_motif_finds_newest_first_under_load(
     # jobs), the settle's 2 s may fall short of the real slack, and the order goes unjudged.
     assert any("MDP-A-03" in _play(endpoint, steps, dialect) for _ in range(2))
     assert _play(planted("none", dialect), steps, dialect) == []
+
+
+@pytest.mark.timeout(120)
+def test_a_disconnect_of_the_holder_judges_redispatch_in_majortomo(
+    planted: Callable[..., str],
+) -> None:
+    """In majortomo a busy worker that goes silent is kept (MAJ-08): only its DISCONNECT loses
+    its request, so MDP-S-01 (resent to another worker) is judged only then. The redispatch
+    motif's DISCONNECT came from w0 whoever held the request; ``disconnect`` with argument 1 is
+    now the holder's, so that the planted ``no-redispatch`` is found however the broker chose
+    (missed after 170 and 202 scenarios in majortomo and MDP/0.1, issue 28)."""
+    endpoint = planted("no-redispatch", "majortomo")
+    steps = [
+        Step("ready", 0, 0),
+        Step("ready", 1, 0),
+        Step("request", 0, 0),
+        Step("wait", 0, 1),
+        Step("disconnect", 1, 1),  # w1, or the worker holding the request (w0: idle longest)
+    ]
+    timing = Timing(INTERVAL, LIVENESS)
+    run = BrokerRun(endpoint, timing, wire=Wire("majortomo"))
+    try:
+        run.first_probe()
+        assert "MDP-S-01" in [v.rule for v in run.run(steps)]
+    finally:
+        run.close()

@@ -1094,7 +1094,8 @@ class _Scenario:
             self.await_dispatch()
         holders = [x for x in self.workers if x.holding is not None and self.beats(x)]
         if holders and (
-            (step.kind == "die" and step.arg == 1) or step.kind in ("reply", "partial")
+            (step.kind in ("die", "disconnect") and step.arg == 1)
+            or step.kind in ("reply", "partial")
         ):
             # The holder dies, or replies: a reply from a worker that holds nothing would do
             # nothing, and which worker got the request is the broker's choice.
