@@ -235,7 +235,15 @@ def main() -> None:
         deadline = broker.next_deadline()
         timeout = 50 if deadline is None else max(0, int((deadline - time.monotonic()) * 1000))
         no_dispatch_to.clear()
-        if router.poll(min(timeout, 50) + 1):
+        # Everything that has arrived is read before the timers run: a plant that
+        # woke late (a loaded machine) would otherwise expire workers whose
+        # HEARTBEATs wait unread, and the search blame the plant's harness (MDP-A-01).
+        wait, batch = min(timeout, 50) + 1, 0
+        while batch < 1000 and router.poll(wait):
+            if batch:
+                flush()  # the one before, with its no_dispatch_to
+                no_dispatch_to.clear()
+            wait, batch = 0, batch + 1
             peer, *wire = router.recv_multipart()
             frames = framing.inward(wire)
             now = time.monotonic()

@@ -16,6 +16,10 @@ every time; each scenario breaks no rule and the oracle must say so.
 
 from __future__ import annotations
 
+import bisect
+import os
+import signal
+import subprocess
 import sys
 import threading
 import time
@@ -26,6 +30,7 @@ import zmq
 
 from domo.fuzz import Step
 from domo.fuzz.broker_target import BrokerRun, Timing
+from domo.fuzz.jitter import JitterMeter
 
 from .conftest import INTERVAL, LIVENESS
 
@@ -38,9 +43,14 @@ class _Relay:
     are held ``HOLD`` seconds (in order) before they go on."""
 
     def __init__(
-        self, backend: str, slow_in: Callable[[bytes], bool], slow_out: Callable[[bytes], bool]
+        self,
+        backend: str,
+        slow_in: Callable[[bytes], bool],
+        slow_out: Callable[[bytes], bool],
+        frozen_until: float = 0.0,
     ) -> None:
         self.backend, self.slow_in, self.slow_out = backend, slow_in, slow_out
+        self.frozen_until = frozen_until  # nothing passes before then (a broker not running)
         self.context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
         self.front = self.context.socket(zmq.ROUTER)
         self.front.setsockopt(zmq.LINGER, 0)
@@ -80,8 +90,9 @@ class _Relay:
                         identity, to = peers[sock], self.front
                         frames = [identity, *frames]
                         slow = self.slow_out(identity)
-                    if slow:  # one peer's messages all wait as long: their order stays
-                        held.append((time.monotonic() + HOLD, to, frames))
+                    due = max(self.frozen_until, time.monotonic() + HOLD if slow else 0.0)
+                    if due > time.monotonic():  # one peer's messages keep their order
+                        bisect.insort(held, (due, to, frames), key=lambda entry: entry[0])
                     else:
                         to.send_multipart(frames)
         finally:
@@ -105,8 +116,10 @@ def domo_broker(start_broker: Callable[[list[str]], str]) -> str:
 def relayed(domo_broker: str) -> Iterator[Callable[..., str]]:
     relays: list[_Relay] = []
 
-    def start(slow_in: Callable[[bytes], bool], slow_out: Callable[[bytes], bool]) -> str:
-        relay = _Relay(domo_broker, slow_in, slow_out)
+    def start(
+        slow_in: Callable[[bytes], bool], slow_out: Callable[[bytes], bool], frozen: float = 0.0
+    ) -> str:
+        relay = _Relay(domo_broker, slow_in, slow_out, time.monotonic() + frozen)
         relays.append(relay)
         return relay.endpoint
 
@@ -165,3 +178,128 @@ def test_a_request_sent_after_a_stray_final_may_make_it_expected(
     steps = [Step("ready", 0, 0), Step("unexpected", 0, 1), Step("request", 0, 0)]
     for _ in range(3):
         assert _play(endpoint, steps) == []
+
+
+@pytest.mark.timeout(60)
+def test_a_stray_final_taken_as_a_reply_may_free_its_worker_for_the_next_request(
+    relayed: Callable[..., str],
+) -> None:
+    """w0 sends READY s0 and a FINAL for c0, which has asked nothing; c0 and c1 then ask s0.
+    w0's connection is the slower: the broker queues both requests, takes the READY, gives w0
+    c0's request, takes the FINAL as its reply and gives w0 c1's. The reply to c0 is held back
+    too, so w0 gets its second REQUEST before c0 has its FINAL: no second REQUEST before a FINAL
+    (MDP-A-06; issue 28: seen under load with the README's fuzz block)."""
+    endpoint = relayed(lambda peer: b"-w0-" in peer, lambda peer: b"-c0" in peer)
+    steps = [
+        Step("ready", 0, 0),
+        Step("unexpected", 0, 1),
+        Step("request", 0, 0),
+        Step("request", 1, 0),
+        Step("wait", 0, 2),
+    ]
+    for _ in range(3):
+        assert _play(endpoint, steps) == []
+
+
+@pytest.mark.timeout(90)
+def test_a_lanes_first_scenario_is_not_judged_while_the_broker_does_not_run(
+    relayed: Callable[..., str],
+) -> None:
+    """A fresh run (a lane's first scenario) against a broker that does not run for its first
+    second: nothing passes the relay until then. The pacemaker has heard nothing yet, so it gave
+    no evidence of the stall, and w0's READY again was judged as if the broker ran: no DISCONNECT
+    within dead_after (MDP-W-10; issue 28, seen under load with the README's fuzz block). Its
+    first heartbeat overdue now says the broker is not running, as a later one does."""
+    endpoint = relayed(lambda peer: False, lambda peer: False, frozen=1.0)
+    steps = [Step("ready", 0, 0), Step("unexpected", 0, 0), Step("wait", 0, 2)]
+    assert _play(endpoint, steps) == []
+
+
+@pytest.mark.timeout(60)
+def test_a_stall_of_the_broker_hidden_by_the_fuzzers_own_counts_as_its_lag() -> None:
+    """The pacemaker tells how late the broker ran from the gaps between its heartbeats; while
+    the fuzzer itself is stalled it reads nothing, and what it reads after in a burst shows no
+    gap, though a machine that starves the fuzzer starves the broker too. A FINAL a worker sent
+    after its expiry, read by a broker that woke late before it ran its timers, was then judged
+    as forwarded by a broker that ran (MDP-D-10; issue 28, the README's fuzz block under load).
+    Here the broker is stopped (SIGSTOP) for 0.6 s while this process sleeps, and this process
+    sleeps 0.1 s more while the broker runs again and heartbeats: the burst read then shows no
+    gap, and the heartbeats missing from it count as the broker's lag. (A liveness of 10, so
+    that the broker keeps the pacemaker through the stall.)"""
+    liveness = 10
+    argv = [sys.executable, "-m", "domo", "broker", "--bind", "tcp://127.0.0.1:0",
+            "--heartbeat-interval", str(INTERVAL), "--liveness", str(liveness),
+            "--log-level", "error"]  # fmt: skip
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    run = BrokerRun(proc.stdout.readline().split()[-1], Timing(INTERVAL, liveness))
+    try:
+        pace = run.pacemaker
+        give_up = time.monotonic() + 10
+        while not pace.ever_heard and time.monotonic() < give_up:
+            pace.tick(time.monotonic())
+            pace.drain()
+            time.sleep(0.01)
+        assert pace.ever_heard
+        since = time.monotonic()
+        os.kill(proc.pid, signal.SIGSTOP)  # the broker does not run...
+        time.sleep(0.6)  # ...nor does the fuzzer: nothing read, nothing sent
+        os.kill(proc.pid, signal.SIGCONT)
+        time.sleep(0.1)  # the broker runs and heartbeats; the fuzzer still reads nothing
+        pace.drain()
+        assert not pace.stalled(time.monotonic())  # it heartbeated: running now
+        assert pace.lag_since(since) >= 0.3
+    finally:
+        run.close()
+        proc.kill()
+        proc.wait(timeout=10)
+        proc.stdout.close()
+
+
+@pytest.mark.timeout(60)
+def test_a_request_sent_unseen_to_a_left_socket_may_have_been_lost_more_often(
+    domo_broker: str,
+) -> None:
+    """w0 dies idle and comes back on a new socket (its old one left unread while the broker
+    still counts it registered); c1's request goes to the dead socket unseen, then to two more
+    workers that die, and domo's broker drops it at its redispatch limit (MDP-D-08) while w1
+    sits idle. The fuzzer saw two losses of it, not three, and required it resent (MDP-S-01;
+    issue 28, the README's fuzz block, 6 of 6 replays on the oracle before)."""
+    steps = [
+        Step("die", 0, 0),
+        Step("unexpected", 0, 2),
+        Step("wait", 0, 1),
+        Step("request", 1, 6),
+        Step("disconnect", 1, 0),
+        Step("ready", 1, 2),
+        Step("disconnect", 0, 0),
+        Step("pause", 0, 3),
+        Step("die", 0, 0),
+        Step("die", 1, 1),
+        Step("pause", 1, 3),
+        Step("reply", 0, 2),
+    ]
+    for _ in range(2):
+        assert _play(domo_broker, steps) == []
+
+
+@pytest.mark.timeout(60)
+def test_the_pacemaker_is_not_registered_anew_at_every_tick_under_a_large_jitter(
+    domo_broker: str,
+) -> None:
+    """With a jitter of 100 ms (the floor here stands for a loaded machine) the keep-alive limit
+    (liveness x interval - 0.02 s - 2 x jitter) is 80 ms, under one interval: the pacemaker,
+    heartbeating every interval, was found too late at every tick and registered anew on a new
+    socket, 20 a second per lane (issue 28: 271 in 10 s, the broker flooded, a probe's worker
+    found unreachable, MDP-W-16 named on domo's broker)."""
+    run = BrokerRun(domo_broker, Timing(INTERVAL, LIVENESS, JitterMeter(floor=0.1)))
+    try:
+        pace = run.pacemaker
+        until = time.monotonic() + 1.0
+        while (now := time.monotonic()) < until:
+            pace.tick(now)
+            pace.drain()
+            time.sleep(0.01)
+        assert pace.sockets <= 2
+    finally:
+        run.close()

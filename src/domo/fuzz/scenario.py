@@ -111,7 +111,7 @@ KINDS: Final[dict[str, tuple[str, str]]] = {
     "reply": ("worker", "PARTIALs before the FINAL (arg % 3), body (arg // 3: REPLY_BODIES)"),
     "stray-reply": ("worker", "index into STRAY_REPLIES"),
     "heartbeat": ("worker", "unused"),
-    "disconnect": ("worker", "unused"),
+    "disconnect": ("worker", "0 this worker, 1 the worker holding a request (if any)"),
     "die": ("worker", "0 this worker, 1 the worker holding a request (if any)"),
     "late-final": ("worker", "unused"),  # dies first if alive
     "partial": ("worker", "unused; one PARTIAL from the worker holding a request, no FINAL"),
@@ -122,6 +122,7 @@ KINDS: Final[dict[str, tuple[str, str]]] = {
     "garbage": ("worker", "index into GARBAGE"),
     "pause": ("worker", "half heartbeat intervals without heartbeats"),
     "wait": ("none", "half heartbeat intervals"),
+    "settle": ("none", "unused; wait until every queued request has certainly reached the broker"),
 }
 
 _UNEXPECTED: Final = (
@@ -346,7 +347,8 @@ def _describe_broker_step(step: Step) -> str:
         case "heartbeat":
             return f"{w}: (READY s0 first if unregistered) HEARTBEAT now"
         case "disconnect":
-            return f"{w}: (READY s0 first if unregistered) DISCONNECT"
+            who = "the worker holding a request (else " + w + ")" if step.arg == 1 else w
+            return f"{who}: (READY s0 first if unregistered) DISCONNECT"
         case "die":
             who = "the worker holding a request (else " + w + ")" if step.arg == 1 else w
             return f"{who}: (READY s0 first if unregistered) die silently (sends nothing more)"
@@ -365,6 +367,8 @@ def _describe_broker_step(step: Step) -> str:
             return f"{w}: (READY s0 first if needed) skip heartbeats for {step.arg}/2 intervals"
         case "wait":
             return f"wait {step.arg}/2 heartbeat intervals"
+        case "settle":
+            return "wait until every request queued has certainly reached the broker"
     if step.kind not in KINDS:  # a step of a dialect with a search of its own
         return f"{step.kind} (its choices seeded {step.arg})"
     return f"unknown step {step.kind!r}"

@@ -404,6 +404,15 @@ def broker_rules(options: FuzzOptions) -> tuple[str, ...]:
     return rules + DIALECT_RULES.get(options.dialect, ())
 
 
+def _context() -> zmq.Context[zmq.Socket[bytes]]:
+    """A context for the lanes: ZeroMQ's default of 1,023 sockets was reached once with 8
+    lanes under load (closed sockets count until its reaper thread, starved too, frees them):
+    "a lane failed: Too many open files"."""
+    context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+    context.set(zmq.MAX_SOCKETS, 8192)
+    return context
+
+
 def _search_broker(options: FuzzOptions, progress: TextIO | None) -> FuzzResult:
     """The broker target: scenarios on ``options.lanes`` lanes, steered and shrunk by
     :func:`domo.fuzz.engine.search`."""
@@ -412,14 +421,14 @@ def _search_broker(options: FuzzOptions, progress: TextIO | None) -> FuzzResult:
     wire = Wire(options.dialect)
     result = FuzzResult(seed=options.seed, judged=broker_rules(options))
     start = time.monotonic()
-    context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+    context = _context()
 
     def open_lane(_: int) -> BrokerRun:
         own = os.environ.get("DOMO_FUZZ_CONTEXT") == "lane"
         return BrokerRun(
             options.endpoint,
             timing,
-            context=zmq.Context() if own else context,
+            context=_context() if own else context,
             owns_context=own,
             dispatch=options.dispatch,
             mmi=options.mmi,
