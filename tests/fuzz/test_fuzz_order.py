@@ -168,6 +168,26 @@ def test_a_request_sent_to_a_worker_before_its_disconnect_was_read_is_no_second_
 
 
 @pytest.mark.timeout(60)
+def test_a_second_request_after_the_first_was_lost_past_its_partial_is_served(
+    domo_broker: str,
+) -> None:
+    """c1's request goes to w1, which sends a PARTIAL and DISCONNECT: the broker drops the
+    request (MDP-D-09: not dispatched again). c1's next REQUEST on the same socket is then a
+    request of its own, and serving it is no second dispatch (MDP-S-02; the planted-suite
+    control named it on domo's broker, seed 3)."""
+    steps = [
+        Step("ready", 1, 0),
+        Step("ready", 0, 0),
+        Step("request", 1, 0),
+        Step("partial", 0, 0),
+        Step("disconnect", 1, 1),
+        Step("second-request", 1, 0),
+    ]
+    for _ in range(3):
+        assert _play(domo_broker, steps) == []
+
+
+@pytest.mark.timeout(60)
 def test_a_request_sent_after_a_stray_final_may_make_it_expected(
     relayed: Callable[..., str],
 ) -> None:
