@@ -5,9 +5,6 @@ from a third peer, all ready at once (what a flood looks like from the pump). Th
 leave for the worker after at most ``SLICE`` more messages have been read, not after the whole
 batch: with replies held until a batch of 256 ends, one flooding peer cut an honest client's
 throughput to a twentieth (measured with ``tests/chaos/flood.py``).
-
-And a pump that wakes late for a timer (the broker was not scheduled) reads what waited in its
-socket before the timer judges anyone's silence (``waited_input_time``).
 """
 
 from __future__ import annotations
@@ -17,8 +14,7 @@ from collections.abc import Sequence
 
 import trio
 
-from domo.protocol import BrokerConfig
-from domo.protocol.events import BrokerEvent, WorkerDisconnected
+from domo.protocol.events import BrokerEvent
 from domo.protocol.family import FamilyBroker
 from domo.protocol.mdp import BodyFrame
 from domo.trio._pump import BATCH, SLICE, pump_router
@@ -79,37 +75,3 @@ async def test_a_request_leaves_before_the_flood_behind_it_is_read() -> None:
     read_between = sum(1 for kind, _ in router.log[request_read:forwarded] if kind == "in")
     assert read_between <= SLICE, f"the REQUEST waited for {read_between} messages to be read"
     assert sum(1 for kind, peer in router.log if (kind, peer) == ("in", FLOODER)) == len(flood)
-
-
-class StalledRouter(FloodedRouter):
-    """A socket whose messages never wake the pump: what a broker that is not scheduled (a
-    loaded machine) sees. Only the broker's own deadlines wake it."""
-
-    async def wait(self, writable: bool) -> None:
-        await trio.sleep_forever()
-
-
-def test_a_late_wake_reads_what_waited_before_judging_silence() -> None:
-    """A worker's HEARTBEAT that came while the broker was not running is read before the
-    broker's liveness timer judges it (MDP-H-05): it is not expired for the broker's lateness."""
-    heartbeat: list[BodyFrame] = [WORKER, b"MDPW02", b"\x05"]
-    router = StalledRouter([])
-    broker = FamilyBroker(BrokerConfig(heartbeat_interval=1.0, liveness=3))
-    events: list[BrokerEvent] = list(broker.receive(WORKER, [b"MDPW02", b"\x01", b"echo"], 0.0))
-    assert broker.next_deadline() == 1.0  # HEARTBEATs due every second; expiry at 3.0
-
-    async def main() -> None:
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(pump_router, broker, router, events.extend)
-            await trio.sleep(2.9)
-            router.ready.append(heartbeat)  # came just before the worker's expiry, unread
-            await trio.sleep(1.5)
-            nursery.cancel_scope.cancel()
-
-    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
-    assert ("in", WORKER) in router.log, "the waiting HEARTBEAT was never read"
-    gone = [event for event in events if isinstance(event, WorkerDisconnected)]
-    assert gone == [], f"expired for the broker's own lateness: {gone}"
-    assert WORKER in broker.workers()
-    # HEARTBEATs went out at 1, 2, 3 and 4 (MDP-H-04): the pump kept to its timers.
-    assert [entry for entry in router.log if entry == ("out", WORKER)] == [("out", WORKER)] * 4

@@ -11,9 +11,7 @@ what the broker sends to a peer on another connection waits there for that conne
 which is woken; the broker hears ``flushed`` once nothing waits for any pump. Where every socket
 lives on one thread (Trio), any pump may send on any socket, so a ``RoutedOutbox`` given the
 sockets sends at once what is for another one, and wakes that socket's pump only if the send left
-a message there to read (a send may take the edge its pump sleeps on). ``waited_input_time``
-says when to date what a pump finds in its socket after it was not running when a timer fell
-due. ``log_event``
+a message there to read (a send may take the edge its pump sleeps on). ``log_event``
 (from ``domo.eventlog``) logs a core event as one readable line at a level that fits its kind.
 """
 
@@ -21,7 +19,6 @@ from __future__ import annotations
 
 import dataclasses
 import errno
-import math
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from typing import Final, Protocol
@@ -42,17 +39,11 @@ __all__ = [
     "SharedSender",
     "flush_router",
     "log_event",
-    "waited_input_time",
 ]
 
 SENT: Final = 0
 EAGAIN: Final = errno.EAGAIN  # the peer's pipe is full (high-water mark)
 EHOSTUNREACH: Final = errno.EHOSTUNREACH  # a ROUTER has no peer with that identity
-# Seconds a pump may go without reading its socket before it asks ``waited_input_time`` whether
-# a timer fell due meanwhile. A message that came within this much before a timer may be judged
-# as if it came after it; a healthy peer's HEARTBEAT is an interval away from its expiry, not a
-# millisecond, and asking costs a ``next_deadline`` call a slice where a flood is being read.
-STALL: Final = 0.001
 
 
 class Sender(Protocol):
@@ -66,24 +57,6 @@ class SharedSender(Sender, Protocol):
     waits to be read (re-reading the state a send may have taken from the socket's pump)."""
 
     def readable(self) -> bool: ...
-
-
-def waited_input_time(broker: FamilyBroker, now: float, looked: float) -> float:
-    """The time at which to feed ``broker`` what its pump finds in its socket at ``now``, the pump
-    having last read that socket at ``looked``.
-
-    Usually ``now``. But if one of the broker's timers fell due after that read and after the
-    broker's last input (so it has not fired), the pump was not running when the timer came: a
-    loaded machine, a long garbage collection. What waits in the socket may have come before the
-    timer, and a timer that fires first judges a peer's silence on messages not read yet: a
-    worker whose HEARTBEATs wait would be expired for the broker's own lateness and its request
-    run twice (MDP-H-05, MDP-D-08). So what waits is dated just before the earliest such timer,
-    which then fires when the socket is empty or a batch has been read.
-    """
-    deadline = broker.next_deadline()
-    if deadline is None or deadline > now or deadline <= looked or deadline <= broker.now:
-        return now
-    return math.nextafter(deadline, -math.inf)
 
 
 def flush_router(

@@ -27,13 +27,7 @@ import trio
 from domo.protocol.events import BrokerEvent
 from domo.protocol.family import FamilyBroker
 from domo.protocol.mdp import BodyFrame
-from domo.runtime.pumping import (
-    STALL,
-    RoutedOutbox,
-    flush_router,
-    log_event,
-    waited_input_time,
-)
+from domo.runtime.pumping import RoutedOutbox, flush_router, log_event
 
 from ._transport import Connection
 
@@ -81,7 +75,6 @@ class RouterPump:
         self._emit = emit
         self._outbox = outbox
         self._scope: trio.CancelScope | None = None
-        self._looked = 0.0  # when the pump last read its socket (``waited_input_time``)
         self.turn = math.inf if outbox is None else SHARED_TURN
 
     def wake(self) -> None:
@@ -98,8 +91,8 @@ class RouterPump:
 
     async def run(self) -> None:
         """Serve the socket until cancelled."""
-        broker, conn, emit = self.broker, self.conn, self._emit
-        self._looked = trio.current_time()
+        broker, conn, emit, connection = self.broker, self.conn, self._emit, self.connection
+        receive = broker.receive
         while True:
             # One cancel scope until the broker's deadline passes (or a wake), not one per
             # wake-up: entering and leaving a scope costs more than the wake-up itself. The
@@ -113,51 +106,27 @@ class RouterPump:
                     if deadline is not None and deadline < scope.deadline:
                         scope.deadline = deadline
                     await conn.wait(False)
-                    self._drain()
+                    # Drain: up to BATCH messages per checkpoint, SLICE between two flushes,
+                    # re-reading the socket after each flush, since replies to what was just
+                    # sent (or other peers' messages) are often there by then; a wake-up is far
+                    # dearer than a message. An empty read means the socket is empty: back to
+                    # ``wait``, which re-arms the edge-triggered FD before sleeping.
+                    budget = BATCH
+                    turn_ends = trio.current_time() + self.turn
+                    while True:
+                        now = trio.current_time()
+                        messages = conn.receive(min(budget, SLICE))
+                        for message in messages:
+                            peer = message[0]
+                            assert isinstance(peer, bytes)  # a routing id: 255 bytes at most
+                            emit(receive(peer, message[1:], now, connection))
+                        if not messages:  # a receive fires what is due at ``now`` first
+                            emit(broker.tick(now))
+                        self.flush(now)
+                        budget -= len(messages)
+                        if not messages or budget <= 0 or now >= turn_ends:
+                            break
             self._scope = None
             now = trio.current_time()  # the deadline passed (or a wake): fire what is due
-            looked = self._looked
-            if now - looked > STALL and waited_input_time(broker, now, looked) < now:
-                self._drain()  # but first read what waited while the pump was not running
-                now = trio.current_time()
             emit(broker.tick(now))
             self.flush(now)
-
-    def _drain(self) -> None:
-        """Feed the broker what waits in the socket: up to ``BATCH`` messages, ``SLICE`` between
-        two flushes, re-reading the socket after each flush, since replies to what was just sent
-        (or other peers' messages) are often there by then; a wake-up is far dearer than a
-        message. An empty read means the socket is empty: back to ``wait``, which re-arms the
-        edge-triggered FD before sleeping.
-
-        Each slice is dated when it is read, unless the socket went unread past one of the
-        broker's timers (``waited_input_time``): then what this drain reads is dated just before
-        that timer (with several sockets, the pump's turn may end after one slice: the timer
-        then fires, as the other sockets' pumps need their turns too).
-        """
-        broker, conn, emit, connection = self.broker, self.conn, self._emit, self.connection
-        receive = broker.receive
-        budget = BATCH
-        late: float | None = None
-        now = trio.current_time()
-        turn_ends = now + self.turn
-        while True:
-            if late is None and now - self._looked > STALL:
-                at = waited_input_time(broker, now, self._looked)
-                if at < now:
-                    late = at
-            self._looked = now
-            at = now if late is None else late
-            messages = conn.receive(min(budget, SLICE))
-            for message in messages:
-                peer = message[0]
-                assert isinstance(peer, bytes)  # a routing id: 255 bytes at most
-                emit(receive(peer, message[1:], at, connection))
-            if not messages:  # a receive fires what is due at its time first; so does a tick
-                emit(broker.tick(now))
-                at = now
-            self.flush(at)
-            budget -= len(messages)
-            if not messages or budget <= 0 or now >= turn_ends:
-                return
-            now = trio.current_time()
