@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from domo.fuzz import FuzzOptions, fuzz_broker
+from domo.fuzz import FuzzOptions, Step, fuzz_broker
 from domo.fuzz import frames as mdp
+from domo.fuzz.broker_target import BrokerRun, Timing
 from domo.fuzz.dialect import Wire
 from domo.fuzz.frames import FrameError
 
@@ -92,6 +93,36 @@ def test_the_same_relay_unaltered_is_clean(
         dialect="mdp01",
     )
     assert fuzz_broker(options, progress=None).findings == []
+
+
+def _play(endpoint: str, dialect: str, steps: list[Step]) -> list[str]:
+    run = BrokerRun(endpoint, Timing(INTERVAL, LIVENESS), wire=Wire(dialect))
+    try:
+        return [f"{v.rule}: {v.explanation}" for v in run.run(steps)]
+    finally:
+        run.close()
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("dialect", ["mdp01", "majortomo"])
+def test_a_silent_worker_given_a_request_before_its_expiry_stays_registered(
+    start_broker: Callable[[list[str]], str], planted: Callable[..., str], dialect: str
+) -> None:
+    """w0 goes silent idle, c0's request comes before the broker expires w0: the broker hands
+    it to w0, and a busy worker of these dialects is never expired (MDP01-12, MAJ-08), so
+    mmi.service for its service is 200 long after w0's liveness ran out, rightly (MDP-M-01;
+    CI's control run named it once). With no request, 200 is still stale: the plant is found."""
+    domo = start_broker(
+        [sys.executable, "-m", "domo", "broker", "--bind", "tcp://127.0.0.1:0",
+         "--heartbeat-interval", str(INTERVAL), "--liveness", str(LIVENESS),
+         "--log-level", "error"]
+    )  # fmt: skip
+    lost = [Step("ready", 0, 0), Step("wait", 0, 3), Step("die", 0, 0)]
+    given = [*lost, Step("request", 0, 0), Step("wait", 0, 12), Step("mmi", 1, 0)]
+    assert _play(domo, dialect, given) == []
+    stale = planted("mmi-stale-200", dialect)
+    found = _play(stale, dialect, [*lost, Step("wait", 0, 12), Step("mmi", 1, 0)])
+    assert [f.split(":")[0] for f in found] == ["MDP-M-01"], found
 
 
 def test_dialect_is_for_the_broker_target_only() -> None:

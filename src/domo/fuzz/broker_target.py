@@ -201,6 +201,10 @@ class _Registration:
     service: bytes
     ready_at: float
     gone_by: float = float("inf")  # the broker has certainly unregistered it by then
+    # Its worker went silent idle in a dialect whose busy workers do not heartbeat: a request
+    # of its service at the broker before this time may be given to it, and a busy worker is
+    # never expired there (MDP01-12, MAJ-08), so it stays registered for good.
+    kept_if_queued_before: float = float("-inf")
 
 
 @dataclass
@@ -757,6 +761,21 @@ class _Scenario:
                 w.reg.gone_by = min(w.reg.gone_by, when + max(0.0, up - w.last_sent))
             w.reg = None
 
+    def silent_idle(self, w: _Worker) -> None:
+        """``w`` went silent while idle and registered: where busy workers do not heartbeat,
+        the broker may hand it a request before it expires it, and then never expire it."""
+        if w.reg is not None and not self.run.wire.busy_workers_heartbeat:
+            w.reg.kept_if_queued_before = self.expired_by(w)
+            if self.queued_for(w.service):
+                w.reg.gone_by = float("inf")
+
+    def queued(self, service: bytes, at: float) -> None:
+        """A request of ``service`` waits at the broker from ``at``: a silent worker of it not
+        yet expired by then may be given it and so stay registered (``silent_idle``)."""
+        for reg in self.registrations:
+            if reg.service == service and at < reg.kept_if_queued_before:
+                reg.gone_by = float("inf")
+
     def connected_at(self, w: _Worker) -> float | None:
         """By when ``w``'s connection was certainly up: when the broker first sent its socket
         something (None: not yet). A message ``w`` sent at ``t`` reached the broker by
@@ -784,6 +803,7 @@ class _Scenario:
                 for r in self.requests.values():
                     if r.service == w.service and r.state == "queued":
                         r.required, r.unseen = False, True
+                self.silent_idle(w)
             self.abandoned.append(w.sock)
             w.sock = None
         # It sends nothing more: certainly expired one interval after dead_after at the latest.
@@ -805,6 +825,7 @@ class _Scenario:
         r.state = "queued"
         r.losses += 1
         r.queued_since = at
+        self.queued(r.service, at)
         if at < self.unseen_until.get(r.service, 0.0):
             r.required, r.unseen = False, True
         if r.partial_forwarded:
@@ -989,6 +1010,7 @@ class _Scenario:
         )
         c.outstanding = (service, c.seq)
         self.run.put(c.sock, mdp.client_request(service, list(body)))
+        self.queued(service, now)
         self.arm("MDP-S-03", "MDP-C-10" if nobody else "MDP-A-05")
 
     def second_request(self, c: _Client, actor: int, service: bytes) -> None:
@@ -1021,6 +1043,7 @@ class _Scenario:
                 r1.required = False
                 r1.sibling = (c.address, c.seq)
         self.run.put(c.sock, mdp.client_request(service, list(body)))
+        self.queued(service, now)
         self.arm("MDP-S-02")
 
     def mmi(self, c: _Client, actor: int, which: int) -> None:
@@ -1188,6 +1211,7 @@ class _Scenario:
                 elif live and w.registered:
                     w.dead = True
                     self.lose(w, self.expired_by(w))
+                    self.silent_idle(w)
                     self.unregistered_by(w, self.expired_by(w))
                     self.arm("MDP-H-07")
                     if not self.run.wire.busy_workers_heartbeat:
