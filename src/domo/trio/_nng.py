@@ -8,12 +8,13 @@ the rep0 socket as a ROUTER: a received message is ``[token, message]`` and a se
 request: 8 bytes of the NNG pipe the request came on, then 8 of a request number (MEMO-01). It is
 good for one reply; a send to a spent token is ``EHOSTUNREACH``.
 
-The context tasks (``serve``, started beside the pump) only receive and, when a reply cannot go
-at once, finish sending it; the pump alone decides what is sent, as on a ZeroMQ ROUTER. The pool
-starts at ``initial`` contexts and doubles while fewer than a quarter are free to receive, up to
-``limit`` (MEMO-21). Back-pressure: a reply is handed to its context's task, which sends it
-when the pipe takes it; while ``hwm`` replies wait so, ``send`` answers ``EAGAIN`` (the core
-treats it as ZeroMQ's, MDP-D-15).
+``serve`` (started beside the pump) keeps the pool: each context is always receiving, holding
+a request for the broker, or sending the reply to it, and NNG's completions are handled on the
+Trio thread as they come, with no task per context; the pump alone decides what is sent, as on a
+ZeroMQ ROUTER, and its ``send`` starts NNG's at once. The pool starts at ``initial`` contexts and
+doubles while fewer than a quarter are free to receive, up to ``limit`` (MEMO-21).
+Back-pressure: a reply goes when its pipe takes it; while ``hwm`` replies wait so, ``send``
+answers ``EAGAIN`` (the core treats it as ZeroMQ's, MDP-D-15).
 
 Bounds and authentication: NNG takes in no message longer than the broker's
 ``max_message_bytes`` plus room for the longest memo01 header (``MEMO_HEADER_ROOM``) and req0's
@@ -38,6 +39,7 @@ from typing import Any, Final
 import pynng
 import trio
 from pynng import _nng
+from pynng._aio import _aio_map
 
 from domo.curve import CurveError, NngTls
 from domo.protocol.dialects.memo01 import parse
@@ -134,16 +136,30 @@ def _send_within(context: pynng.Context, data: bytes, timeout_ms: int) -> int:
         _lib.nng_aio_free(aio)
 
 
+_RECEIVING, _HELD, _SENDING, _IDLE = range(4)  # what a context does now
+
+
 class _Slot:
-    """One context of the pool and the request it holds, if any."""
+    """One context of the pool, its NNG aio and what it does: receives a request, holds it
+    for the broker, or sends the reply to it."""
 
-    __slots__ = ("context", "decided", "pipe", "reply")
+    __slots__ = ("aio", "context", "ctx", "key", "pipe", "size", "state", "wake")
 
-    def __init__(self, context: pynng.Context) -> None:
+    def __init__(self, context: pynng.Context, wake: Callable[[], None]) -> None:
         self.context = context
-        self.decided = trio.Event()
-        self.reply: bytes | None = None  # to be sent by the context's task
-        self.pipe = b""  # the pipe the reply goes to
+        self.ctx = context.context
+        self.state = _IDLE
+        self.pipe = b""  # the pipe a reply being sent goes to
+        self.size = 0  # its bytes
+        # NNG completes an aio on one of its threads by calling pynng's ``_async_complete``
+        # with the aio's argument, the id of a callable in pynng's ``_aio_map`` (popped there):
+        # ``wake``, put back in the map before each operation.
+        self.wake = wake
+        self.key = id(wake)
+        aio_p = _ffi.new("nng_aio **")
+        if _lib.nng_aio_alloc(aio_p, _lib._async_complete, _ffi.cast("void *", self.key)) != 0:
+            raise MemoryError("NNG could not allocate an aio")
+        self.aio = aio_p[0]
 
 
 class NngConnection:
@@ -211,10 +227,11 @@ class NngConnection:
         self._held: dict[bytes, _Slot] = {}  # token -> the slot holding its request
         self._slots: list[_Slot] = []
         self._receiving = 0  # slots waiting for a request
-        self._sending = 0  # replies handed to context tasks, not yet sent
-        self._grow = trio.Event()
+        self._sending = 0  # replies whose send NNG has not completed
+        self._grow = trio.Event()  # the pool is to double (set by ``receive``)
         self._numbers = itertools.count(1)
         self._serving = False
+        self._closed = False
         self._scope: trio.CancelScope | None = None
         # NNG pipes that closed while requests of theirs were held: a reply to one of those is
         # EHOSTUNREACH, as a ROUTER's to a peer that left (MDP-D-15), not a send into nothing.
@@ -262,66 +279,101 @@ class NngConnection:
     async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Run the context pool until cancelled (start it beside the pump)."""
         self._trio_token = trio.lowlevel.current_trio_token()
-        async with trio.open_nursery() as nursery:
-            self._scope = nursery.cancel_scope
+        with trio.CancelScope() as scope:
+            self._scope = scope
             self._serving = True
-            for _ in range(self._initial):
-                self._spawn(nursery)
-            task_status.started()
             try:
+                for _ in range(self._initial):
+                    self._spawn()
+                task_status.started()
                 while True:
                     await self._grow.wait()
                     self._grow = trio.Event()
                     for _ in range(min(len(self._slots), self._limit - len(self._slots))):
-                        self._spawn(nursery)
+                        self._spawn()
             finally:
                 self._serving = False
 
-    def _spawn(self, nursery: trio.Nursery) -> None:
-        slot = _Slot(self._socket.new_context())
+    def _spawn(self) -> None:
+        slot = _Slot(self._socket.new_context(), lambda: self._from_nng(slot))
         self._slots.append(slot)
-        nursery.start_soon(self._run_slot, slot)
+        self._receive_on(slot)
 
-    async def _run_slot(self, slot: _Slot) -> None:
-        while True:
-            self._receiving += 1
-            try:
-                message = await slot.context.arecv_msg()
-            finally:
-                self._receiving -= 1
-            pipe = message.pipe.id if message.pipe is not None else 0
-            data = message.bytes
-            # Not kept in this frame: the slot waits here until its next request, and its last
-            # one's NNG message (a 3 MiB JOB, say) would live until then (issue 27: 30 refused
-            # JOBs left 54 MiB held by idle contexts).
-            del message
-            token = (pipe & 0xFFFFFFFFFFFFFFFF).to_bytes(8, "big") + next(self._numbers).to_bytes(
-                8, "big"
-            )
-            held_here = self._held_per_pipe.get(token[:8], 0)
-            if held_here >= self._per_pipe:
-                self._refuse_over_cap(token[:8], held_here, data)
-                del data
-                continue  # the next receive on this context releases the request unanswered
-            slot.decided = trio.Event()
-            self._held[token] = slot
-            self._held_per_pipe[token[:8]] = held_here + 1
-            self._known_pipes.add(token[:8])  # its closing is news to the broker (MEMO-23)
-            self._inbox.append([token, data])
-            del data
-            self._arrived.set()
-            await slot.decided.wait()
-            reply, slot.reply = slot.reply, None
-            if reply is not None:
-                try:
-                    await slot.context.asend(reply)
-                except pynng.NNGException as error:  # the pipe went: the reply goes nowhere
-                    logger.debug("memo01 reply not sent: %s", error)
-                finally:
-                    self._sending -= 1
-                    self._sent_or_gone(slot.pipe, len(reply))
-                    reply = None  # nor is a reply kept while the slot waits for its next request
-            # A new receive on this context drops a request it holds unanswered (a release).
+    # NNG completes each context's operation on a thread of its own; the completion is handed to
+    # the Trio thread and handled there at once, in the task that runs ``run_sync_soon``'s
+    # callbacks, many in one turn: a request reaches the pump's inbox with no task of its own to
+    # schedule first, and the pump's send starts NNG's at once. (A task per context, waiting in
+    # pynng's ``arecv_msg`` and ``asend``, cost two more scheduling rounds per request, each a
+    # turn behind a flood on another socket's pump, and an aio made and freed per message.)
+
+    def _receive_on(self, slot: _Slot) -> None:
+        """Start a receive on ``slot``'s context; a request it held is released unanswered."""
+        slot.state = _RECEIVING
+        self._receiving += 1
+        _aio_map[slot.key] = slot.wake
+        _lib.nng_ctx_recv(slot.ctx, slot.aio)
+
+    def _send_on(self, slot: _Slot, data: bytes, pipe: bytes) -> None:
+        """Start sending ``data``, the reply to the request ``slot`` held, to ``pipe``."""
+        msg_p = _ffi.new("nng_msg **")
+        if _lib.nng_msg_alloc(msg_p, 0) != 0:
+            logger.error("memo01 reply not sent: NNG could not allocate a message")
+            self._receive_on(slot)  # its request is released unanswered
+            return
+        msg = msg_p[0]
+        _lib.nng_msg_append(msg, data, len(data))
+        _lib.nng_aio_set_msg(slot.aio, msg)
+        slot.state, slot.pipe, slot.size = _SENDING, pipe, len(data)
+        self._sending += 1
+        self._waiting_bytes[pipe] = self._waiting_bytes.get(pipe, 0) + len(data)
+        self._waiting_total += len(data)
+        _aio_map[slot.key] = slot.wake
+        _lib.nng_ctx_send(slot.ctx, slot.aio)
+
+    def _from_nng(self, slot: _Slot) -> None:
+        """An operation of ``slot`` completed (on an NNG thread): handle it on the Trio one."""
+        trio_token = self._trio_token
+        if trio_token is not None:
+            with suppress(trio.RunFinishedError):  # the broker is gone: nothing to handle
+                trio_token.run_sync_soon(self._completed, slot)
+
+    def _completed(self, slot: _Slot) -> None:
+        if self._closed:
+            return  # ``close`` freed the aio and whatever message it held
+        result = int(_lib.nng_aio_result(slot.aio))
+        if slot.state == _SENDING:
+            self._sending -= 1
+            if result != 0:  # the pipe went: the reply goes nowhere, and is still ours
+                _lib.nng_msg_free(_lib.nng_aio_get_msg(slot.aio))
+                logger.debug("memo01 reply not sent: NNG error %d", result)
+            self._sent_or_gone(slot.pipe, slot.size)
+            self._release(slot)
+            return
+        self._receiving -= 1
+        if result != 0:
+            slot.state = _IDLE
+            if result not in (_lib.NNG_ECLOSED, _lib.NNG_ECANCELED) and self._serving:
+                logger.warning("an NNG receive failed (error %d); receiving again", result)
+                self._receive_on(slot)
+            return
+        msg = _lib.nng_aio_get_msg(slot.aio)
+        pipe = int(_lib.nng_pipe_id(_lib.nng_msg_get_pipe(msg)))
+        data = bytes(_ffi.buffer(_lib.nng_msg_body(msg), _lib.nng_msg_len(msg)))
+        _lib.nng_msg_free(msg)  # copied: no NNG message is kept while the broker holds it
+        token = (pipe & 0xFFFFFFFFFFFFFFFF).to_bytes(8, "big") + next(self._numbers).to_bytes(
+            8, "big"
+        )
+        held_here = self._held_per_pipe.get(token[:8], 0)
+        if held_here >= self._per_pipe:
+            self._refuse_over_cap(token[:8], held_here, data)
+            self._receive_on(slot)  # the request is released unanswered
+            return
+        slot.state = _HELD
+        self._held[token] = slot
+        self._held_per_pipe[token[:8]] = held_here + 1
+        self._known_pipes.add(token[:8])  # its closing is news to the broker (MEMO-23)
+        self._inbox.append([token, data])
+        self._arrived.set()
 
     def _sent_or_gone(self, pipe: bytes, size: int) -> None:
         """A reply of ``size`` bytes to ``pipe`` no longer waits: written, or its pipe gone."""
@@ -411,7 +463,7 @@ class NngConnection:
             closed = ConnectionClosed(self.endpoint, CLOSED_REASON, "MDP-D-31", trio.current_time())
             self._on_event([closed])
 
-    def _spend(self, token: bytes, slot: _Slot) -> None:
+    def _spend(self, token: bytes) -> None:
         del self._held[token]
         pipe = token[:8]
         left = self._held_per_pipe[pipe] - 1
@@ -420,7 +472,14 @@ class NngConnection:
         else:
             del self._held_per_pipe[pipe]
             self._dead_pipes.discard(pipe)
-        slot.decided.set()
+
+    def _release(self, slot: _Slot) -> None:
+        """``slot``'s request is answered or given up: its context receives again (when
+        serving), which releases a request it still held unanswered (MEMO-18)."""
+        if self._serving:
+            self._receive_on(slot)
+        else:
+            slot.state = _IDLE
 
     def send(self, frames: Sequence[BodyFrame]) -> int:
         token = bytes(frames[0])
@@ -428,42 +487,49 @@ class NngConnection:
         if slot is None:
             return EHOSTUNREACH  # spent or never given: as a ROUTER's unknown peer
         if token[:8] in self._dead_pipes:
-            self._spend(token, slot)  # its context is free again; the reply goes nowhere
+            self._spend(token)  # its context is free again; the reply goes nowhere
+            self._release(slot)
             return EHOSTUNREACH if len(frames) > 1 else SENT
-        if len(frames) > 1:
-            data = bytes(frames[1])
-            if self._sending >= self._hwm:
-                return EAGAIN  # keep the token: the core decides (MDP-D-15)
-            pipe = token[:8]
-            waiting = self._waiting_bytes.get(pipe, 0) + len(data)
-            if waiting > self._max_peer_bytes or (
-                self._waiting_total + len(data) > self._max_pending_bytes
-            ):
-                # MDP-D-27 and MDP-D-30 for NNG: the replies waiting for a peer that does not
-                # read are bounded in bytes, per connection and all together, as ZeroMQ's pipes
-                # are. The request is released (a reply cannot wait for room here) and the core
-                # told its peer is congested: a client's request is dropped (MDP-D-15, MDP-D-29).
-                self._spend(token, slot)
-                return EAGAIN
-            if not self._serving:  # shutting down: no task will send it; a short wait
-                _send_within(slot.context, data, _SHUTDOWN_WAIT_MS)
-            else:
-                # Its context task sends it: a rep0 send that fails (a busy pipe, with no wait
-                # allowed) also drops the request it answers, so there is no "try now".
-                slot.reply = data
-                slot.pipe = pipe
-                self._sending += 1
-                self._waiting_bytes[pipe] = waiting
-                self._waiting_total += len(data)
-        self._spend(token, slot)
+        if len(frames) > 1 and self._sending >= self._hwm:
+            return EAGAIN  # the token is kept: the core decides (MDP-D-15)
+        self._spend(token)
+        if len(frames) == 1:
+            self._release(slot)
+            return SENT
+        data = bytes(frames[1])
+        pipe = token[:8]
+        if self._waiting_bytes.get(pipe, 0) + len(data) > self._max_peer_bytes or (
+            self._waiting_total + len(data) > self._max_pending_bytes
+        ):
+            # MDP-D-27 and MDP-D-30 for NNG: the replies waiting for a peer that does not read
+            # are bounded in bytes, per connection and all together, as ZeroMQ's pipes are. The
+            # request is released (a reply cannot wait for room here) and the core told its
+            # peer is congested: a client's request is dropped (MDP-D-15, MDP-D-29).
+            self._release(slot)
+            return EAGAIN
+        if self._serving:
+            self._send_on(slot, data, pipe)
+        else:  # shutting down: nothing will handle its completion; a short wait
+            _send_within(slot.context, data, _SHUTDOWN_WAIT_MS)
+            slot.state = _IDLE
         return SENT
 
     def close(self, linger: float) -> None:
+        self._closed = True
         if self._tls is not None:
             self._tls.unsubscribe(self.reload_tls)
         if self._scope is not None:
             self._scope.cancel()
         for slot in self._slots:
+            # Stopping cancels its operation and waits for NNG's callback; a message the
+            # operation still holds (received and not handled, or not sent) is ours to free.
+            _lib.nng_aio_stop(slot.aio)
+            result = int(_lib.nng_aio_result(slot.aio))
+            if (slot.state == _RECEIVING and result == 0) or (
+                slot.state == _SENDING and result != 0
+            ):
+                _lib.nng_msg_free(_lib.nng_aio_get_msg(slot.aio))
+            _lib.nng_aio_free(slot.aio)
             slot.context.close()  # before the socket: see pynng's Context.__del__
         self._slots.clear()
         self._socket.close()
