@@ -366,7 +366,7 @@ class NngConnection:
         held_here = self._held_per_pipe.get(token[:8], 0)
         if held_here >= self._per_pipe:
             self._refuse_over_cap(token[:8], held_here, data)
-            self._receive_on(slot)  # the request is released unanswered
+            self._release_later(slot)  # the request is released unanswered
             return
         slot.state = _HELD
         self._held[token] = slot
@@ -481,6 +481,19 @@ class NngConnection:
         else:
             slot.state = _IDLE
 
+    def _release_later(self, slot: _Slot) -> None:
+        """Release ``slot``'s request unanswered, its context receiving again from Trio's next
+        turn: a flood of messages the broker drops (junk, refusals) then takes at most the pool
+        each turn, not as many as the pump can drop within its own (``SHARED_TURN``), which cut
+        a ZeroMQ client's share under a memo01 flood."""
+        slot.state = _IDLE
+        assert self._trio_token is not None
+        self._trio_token.run_sync_soon(self._rearm, slot)
+
+    def _rearm(self, slot: _Slot) -> None:
+        if not self._closed and slot.state == _IDLE:
+            self._release(slot)
+
     def send(self, frames: Sequence[BodyFrame]) -> int:
         token = bytes(frames[0])
         slot = self._held.get(token)
@@ -494,7 +507,7 @@ class NngConnection:
             return EAGAIN  # the token is kept: the core decides (MDP-D-15)
         self._spend(token)
         if len(frames) == 1:
-            self._release(slot)
+            self._release_later(slot)
             return SENT
         data = bytes(frames[1])
         pipe = token[:8]

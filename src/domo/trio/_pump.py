@@ -36,7 +36,7 @@ __all__ = ["BATCH", "RouterPump", "flush_router", "log_event", "pump_router"]
 BATCH = 256  # messages handled per wake-up: one checkpoint per batch, and a flood can't hog us
 SLICE = 4  # messages handled between two flushes: replies never wait behind a flood (fairness)
 # Seconds a pump may run between two checkpoints when the broker has several sockets: another
-# socket's pump (or an NNG socket's context tasks) runs only at this pump's checkpoints, and a
+# socket's pump (or the NNG completions Trio runs) runs only at this pump's checkpoints, and a
 # request that crosses sockets needs several such turns; 256 messages of a flood per turn cut a
 # memo01 client on another socket to 0.04-0.08 of its throughput (issue 27). The time is read
 # after every SLICE anyway, so the turn costs nothing to keep.
