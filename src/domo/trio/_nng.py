@@ -487,8 +487,8 @@ class NngConnection:
         each turn, not as many as the pump can drop within its own (``SHARED_TURN``), which cut
         a ZeroMQ client's share under a memo01 flood."""
         slot.state = _IDLE
-        assert self._trio_token is not None
-        self._trio_token.run_sync_soon(self._rearm, slot)
+        if self._serving and self._trio_token is not None:  # else ``close`` releases it
+            self._trio_token.run_sync_soon(self._rearm, slot)
 
     def _rearm(self, slot: _Slot) -> None:
         if not self._closed and slot.state == _IDLE:
