@@ -229,12 +229,23 @@ class _Spark:
         logging.getLogger().removeFilter(self._quiet)
         if self._py4j_level is not None:
             logging.getLogger("py4j").setLevel(self._py4j_level)
+            self._py4j_level = None
         if self._previous is not None:
             signal.signal(signal.SIGINT, self._previous)
 
     def _on_sigint(self, signum: int, frame: object) -> None:
         self.interrupt = True
+        # Quiet at once: the interrupt may land inside a py4j call, which logs the connection
+        # it then shuts, with tracebacks, before ``interrupted`` runs (CI saw one such line).
+        self._quiet_py4j_logs()
         raise KeyboardInterrupt
+
+    def _quiet_py4j_logs(self) -> None:
+        """py4j logs nothing below CRITICAL until ``__exit__`` (the connections an interrupt
+        cut, as it shuts them, with tracebacks)."""
+        if self._py4j_level is None:
+            self._py4j_level = logging.getLogger("py4j").level
+            logging.getLogger("py4j").setLevel(logging.CRITICAL)
 
     def start(self, master: str | None, remote: str | None, driver_memory: str) -> Any:
         from domo.spark import local_session, remote_session
@@ -256,9 +267,7 @@ class _Spark:
     def interrupted(self) -> None:
         """Cancel this run's jobs; stop what it started (a second Ctrl-C is ignored meanwhile)."""
         self.stopping = True
-        # py4j logs the connections the interrupt cut, as it shuts them, with tracebacks
-        self._py4j_level = logging.getLogger("py4j").level
-        logging.getLogger("py4j").setLevel(logging.CRITICAL)
+        self._quiet_py4j_logs()
         if self.created and not self.remote:
             from domo.spark._session import silence_jvm
 
