@@ -226,7 +226,6 @@ class NngConnection:
         self._arrived = trio.Event()
         self._held: dict[bytes, _Slot] = {}  # token -> the slot holding its request
         self._slots: list[_Slot] = []
-        self._receiving = 0  # slots waiting for a request
         self._sending = 0  # replies whose send NNG has not completed
         self._grow = trio.Event()  # the pool is to double (set by ``receive``)
         self._numbers = itertools.count(1)
@@ -309,7 +308,6 @@ class NngConnection:
     def _receive_on(self, slot: _Slot) -> None:
         """Start a receive on ``slot``'s context; a request it held is released unanswered."""
         slot.state = _RECEIVING
-        self._receiving += 1
         _aio_map[slot.key] = slot.wake
         _lib.nng_ctx_recv(slot.ctx, slot.aio)
 
@@ -349,7 +347,6 @@ class NngConnection:
             self._sent_or_gone(slot.pipe, slot.size)
             self._release(slot)
             return
-        self._receiving -= 1
         if result != 0:
             slot.state = _IDLE
             if result not in (_lib.NNG_ECLOSED, _lib.NNG_ECANCELED) and self._serving:
